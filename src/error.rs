@@ -1,0 +1,439 @@
+//! weightmap's one error type.
+//!
+//! Every variant says what was wrong and where: the key, the tensor name, the
+//! byte offset, the file length. Display strings are lowercase, like std's.
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::types::TensorType;
+
+/// Result with weightmap's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong reading, validating, placing or loading weights.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    // ---- I/O and files -------------------------------------------------------
+    /// An I/O operation on a file failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done ("open", "read", "map", ...).
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The file is empty: nothing to parse or map.
+    #[error("{path}: file is empty")]
+    EmptyFile {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The path is not a regular file (a directory, a device).
+    #[error("{path}: not a regular file")]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The file is neither GGUF nor safetensors.
+    #[error("unknown format: the first bytes are neither the GGUF magic nor a safetensors header")]
+    UnknownFormat,
+    /// The file changed length between opening and placing tensors.
+    #[error("{path}: file changed while loading (length {expected} at open, now {found})")]
+    FileChanged {
+        /// The file.
+        path: PathBuf,
+        /// Length when it was opened.
+        expected: u64,
+        /// Length now.
+        found: u64,
+    },
+
+    // ---- GGUF header ---------------------------------------------------------
+    /// The first four bytes are not `GGUF`.
+    #[error("bad magic {found:02x?}: not a GGUF file")]
+    BadMagic {
+        /// The bytes found.
+        found: [u8; 4],
+    },
+    /// A GGUF version weightmap does not read (0, 1, or newer than 3).
+    #[error("unsupported GGUF version {version} (versions 2 and 3 are supported)")]
+    UnsupportedVersion {
+        /// The version field.
+        version: u32,
+    },
+    /// The version reads as byte-swapped: a big-endian file.
+    #[error("GGUF version field {version:#010x} is byte-swapped: big-endian files are not supported")]
+    BigEndian {
+        /// The version field as read little-endian.
+        version: u32,
+    },
+    /// The file ends inside the header.
+    #[error("truncated: {what} needs {needed} bytes at offset {offset}, file is {file_len} bytes")]
+    Truncated {
+        /// What was being read.
+        what: String,
+        /// Where it starts.
+        offset: u64,
+        /// How many bytes it needs.
+        needed: u64,
+        /// The file's length.
+        file_len: u64,
+    },
+    /// A count (tensors, keys, array elements) cannot fit in the bytes left.
+    #[error("{what} count {count} at offset {offset} cannot fit in the {remaining} bytes left")]
+    CountTooLarge {
+        /// What is counted.
+        what: String,
+        /// The count the file claims.
+        count: u64,
+        /// Where the count is.
+        offset: u64,
+        /// Bytes left in the file after it.
+        remaining: u64,
+    },
+    /// A metadata value type id is not one of GGUF's 13.
+    #[error("key '{key}': unknown value type {type_id} at offset {offset}")]
+    UnknownValueType {
+        /// The key.
+        key: String,
+        /// The type id.
+        type_id: u32,
+        /// Where the type id is.
+        offset: u64,
+    },
+    /// An array of arrays: ggml's reference parser rejects them.
+    #[error("key '{key}': nested arrays are not allowed (offset {offset})")]
+    NestedArray {
+        /// The key.
+        key: String,
+        /// Where the element type is.
+        offset: u64,
+    },
+    /// A key of zero length.
+    #[error("empty key at offset {offset}")]
+    EmptyKey {
+        /// Where the key starts.
+        offset: u64,
+    },
+    /// The same key twice.
+    #[error("duplicate key '{key}' at offset {offset}")]
+    DuplicateKey {
+        /// The key.
+        key: String,
+        /// Where the second one starts.
+        offset: u64,
+    },
+    /// A key, tensor name or string value that is not UTF-8.
+    #[error("{what} at offset {offset} is not valid UTF-8")]
+    InvalidUtf8 {
+        /// What the string is.
+        what: String,
+        /// Where it starts.
+        offset: u64,
+    },
+    /// `general.alignment` stored as something other than a u32.
+    #[error("general.alignment must be a u32, found {found}")]
+    AlignmentType {
+        /// The type found.
+        found: &'static str,
+    },
+    /// `general.alignment` zero or not a power of two.
+    #[error("general.alignment {value} is not a nonzero power of two")]
+    AlignmentValue {
+        /// The value.
+        value: u64,
+    },
+
+    // ---- tensor descriptors --------------------------------------------------
+    /// A tensor name of 64 bytes or more (ggml's `GGML_MAX_NAME`).
+    #[error("tensor name of {len} bytes at offset {offset} is too long (limit 63)")]
+    TensorNameTooLong {
+        /// The name's length.
+        len: u64,
+        /// Where it starts.
+        offset: u64,
+    },
+    /// Two tensors with one name.
+    #[error("duplicate tensor name '{name}'")]
+    DuplicateTensor {
+        /// The name.
+        name: String,
+    },
+    /// More than 4 dimensions.
+    #[error("tensor '{tensor}': {n_dims} dimensions (at most 4)")]
+    TooManyDims {
+        /// The tensor.
+        tensor: String,
+        /// The count.
+        n_dims: u32,
+    },
+    /// A dimension negative as int64.
+    #[error("tensor '{tensor}': dimension {index} is negative ({value})")]
+    NegativeDim {
+        /// The tensor.
+        tensor: String,
+        /// Which dimension.
+        index: usize,
+        /// Its value as int64.
+        value: i64,
+    },
+    /// A type id ggml does not define (or removed).
+    #[error("tensor '{tensor}': unknown ggml type {type_id}")]
+    UnknownTensorType {
+        /// The tensor.
+        tensor: String,
+        /// The id.
+        type_id: u32,
+    },
+    /// The element count or byte size overflows.
+    #[error("tensor '{tensor}': {what} overflows")]
+    TensorSizeOverflow {
+        /// The tensor.
+        tensor: String,
+        /// "element count", "byte size", "padded size", "offset + size".
+        what: &'static str,
+    },
+    /// ne[0] not a multiple of the type's block size.
+    #[error("tensor '{tensor}': ne[0] = {ne0} is not a multiple of {ty}'s block size {block_size}")]
+    BlockMismatch {
+        /// The tensor.
+        tensor: String,
+        /// Its type.
+        ty: TensorType,
+        /// ne[0].
+        ne0: u64,
+        /// The type's block size.
+        block_size: u64,
+    },
+    /// A tensor offset that is not a multiple of the alignment.
+    #[error("tensor '{tensor}': offset {offset} is not a multiple of the alignment {alignment}")]
+    MisalignedOffset {
+        /// The tensor.
+        tensor: String,
+        /// Its offset in the data section.
+        offset: u64,
+        /// The file's alignment.
+        alignment: u64,
+    },
+    /// A tensor's bytes run past the end of the file.
+    #[error("tensor '{tensor}' data [{start}, {end}) is not within the file bounds (file is {file_len} bytes): model is corrupted or incomplete")]
+    TensorOutOfBounds {
+        /// The tensor.
+        tensor: String,
+        /// Absolute start in the file.
+        start: u64,
+        /// Absolute end in the file.
+        end: u64,
+        /// The file's length.
+        file_len: u64,
+    },
+    /// Two tensors share bytes.
+    #[error("tensor '{tensor}' at [{start}, {end}) overlaps tensor '{other}'")]
+    TensorOverlap {
+        /// The later tensor.
+        tensor: String,
+        /// Its absolute start.
+        start: u64,
+        /// Its absolute end.
+        end: u64,
+        /// The tensor it overlaps.
+        other: String,
+    },
+
+    // ---- safetensors ---------------------------------------------------------
+    /// The safetensors header is invalid (as judged by the `safetensors` crate or by weightmap).
+    #[error("safetensors header: {detail}")]
+    SafetensorsHeader {
+        /// What was wrong, naming the tensor where there is one.
+        detail: String,
+    },
+
+    // ---- lookups and typed access ---------------------------------------------
+    /// No metadata key of that name.
+    #[error("metadata key '{key}' not found")]
+    KeyNotFound {
+        /// The key.
+        key: String,
+    },
+    /// A metadata value of another type than asked for.
+    #[error("metadata key '{key}': expected {expected}, found {found}")]
+    WrongValueType {
+        /// The key.
+        key: String,
+        /// The type asked for.
+        expected: &'static str,
+        /// The type stored.
+        found: &'static str,
+    },
+    /// No tensor of that name.
+    #[error("tensor '{name}' not found")]
+    TensorNotFound {
+        /// The name.
+        name: String,
+    },
+    /// A typed view of the wrong element type.
+    #[error("tensor '{tensor}' is {found}, not {expected}")]
+    ViewType {
+        /// The tensor.
+        tensor: String,
+        /// The element type asked for.
+        expected: &'static str,
+        /// The tensor's type.
+        found: TensorType,
+    },
+    /// A typed view whose bytes are not a whole number of elements, or not aligned for them.
+    #[error("tensor '{tensor}': {nbytes} bytes at address {address:#x} cannot be viewed as {elem} ({reason})")]
+    ViewLayout {
+        /// The tensor.
+        tensor: String,
+        /// The element type asked for.
+        elem: &'static str,
+        /// The tensor's byte size.
+        nbytes: usize,
+        /// The tensor's address.
+        address: usize,
+        /// bytemuck's reason.
+        reason: String,
+    },
+
+    // ---- buffers ---------------------------------------------------------------
+    /// An alignment that is not a nonzero power of two.
+    #[error("alignment {alignment} is not a nonzero power of two")]
+    InvalidAlignment {
+        /// The alignment.
+        alignment: usize,
+    },
+    /// A buffer larger than its type allows.
+    #[error("buffer of {size} bytes exceeds {buffer_type}'s maximum of {max}")]
+    BufferTooLarge {
+        /// The buffer type.
+        buffer_type: String,
+        /// Bytes asked for.
+        size: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// Allocating a buffer failed.
+    #[error("allocating a {size}-byte buffer failed: {source}")]
+    Alloc {
+        /// Bytes asked for.
+        size: usize,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// A byte range or tensor placement outside the buffer.
+    #[error("range [{offset}, {offset}+{len}) is outside the {buffer_size}-byte buffer")]
+    OutOfBuffer {
+        /// Start of the range.
+        offset: usize,
+        /// Its length.
+        len: usize,
+        /// The buffer's size.
+        buffer_size: usize,
+    },
+    /// A tensor placed at an address the buffer type cannot use.
+    #[error("tensor '{tensor}': address {address:#x} is not aligned to {alignment}")]
+    MisalignedPlacement {
+        /// The tensor.
+        tensor: String,
+        /// The address (host buffers) or offset (device buffers).
+        address: usize,
+        /// The buffer type's alignment.
+        alignment: usize,
+    },
+    /// A write to a buffer over a read-only mapping.
+    #[error("buffer '{buffer}' is read-only (it views a file mapping)")]
+    ReadOnly {
+        /// The buffer's type name.
+        buffer: String,
+    },
+    /// A host-only operation on a buffer that is not host-visible.
+    #[error("buffer '{buffer}' is not host-visible")]
+    NotHost {
+        /// The buffer's type name.
+        buffer: String,
+    },
+
+    // ---- loader --------------------------------------------------------------
+    /// The mapped path failed and fallback was turned off.
+    #[error("mapped load failed and fallback is off: {reason}")]
+    MmapFailed {
+        /// Why the mapped path could not be used.
+        reason: crate::loader::FallbackReason,
+    },
+    /// `mlock` of the tensor region failed.
+    #[error("mlock of {len} bytes failed (RLIMIT_MEMLOCK soft limit {limit}): {source}; raise it with `ulimit -l` or drop the lock option")]
+    Mlock {
+        /// Bytes to lock.
+        len: usize,
+        /// The soft RLIMIT_MEMLOCK, as text ("unlimited" or bytes).
+        limit: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Error {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// A short, stable name for the variant, for JSON output and tests.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Io { .. } => "io",
+            Error::EmptyFile { .. } => "empty_file",
+            Error::NotAFile { .. } => "not_a_file",
+            Error::UnknownFormat => "unknown_format",
+            Error::FileChanged { .. } => "file_changed",
+            Error::BadMagic { .. } => "bad_magic",
+            Error::UnsupportedVersion { .. } => "unsupported_version",
+            Error::BigEndian { .. } => "big_endian",
+            Error::Truncated { .. } => "truncated",
+            Error::CountTooLarge { .. } => "count_too_large",
+            Error::UnknownValueType { .. } => "unknown_value_type",
+            Error::NestedArray { .. } => "nested_array",
+            Error::EmptyKey { .. } => "empty_key",
+            Error::DuplicateKey { .. } => "duplicate_key",
+            Error::InvalidUtf8 { .. } => "invalid_utf8",
+            Error::AlignmentType { .. } => "alignment_type",
+            Error::AlignmentValue { .. } => "alignment_value",
+            Error::TensorNameTooLong { .. } => "tensor_name_too_long",
+            Error::DuplicateTensor { .. } => "duplicate_tensor",
+            Error::TooManyDims { .. } => "too_many_dims",
+            Error::NegativeDim { .. } => "negative_dim",
+            Error::UnknownTensorType { .. } => "unknown_tensor_type",
+            Error::TensorSizeOverflow { .. } => "tensor_size_overflow",
+            Error::BlockMismatch { .. } => "block_mismatch",
+            Error::MisalignedOffset { .. } => "misaligned_offset",
+            Error::TensorOutOfBounds { .. } => "tensor_out_of_bounds",
+            Error::TensorOverlap { .. } => "tensor_overlap",
+            Error::SafetensorsHeader { .. } => "safetensors_header",
+            Error::KeyNotFound { .. } => "key_not_found",
+            Error::WrongValueType { .. } => "wrong_value_type",
+            Error::TensorNotFound { .. } => "tensor_not_found",
+            Error::ViewType { .. } => "view_type",
+            Error::ViewLayout { .. } => "view_layout",
+            Error::InvalidAlignment { .. } => "invalid_alignment",
+            Error::BufferTooLarge { .. } => "buffer_too_large",
+            Error::Alloc { .. } => "alloc",
+            Error::OutOfBuffer { .. } => "out_of_buffer",
+            Error::MisalignedPlacement { .. } => "misaligned_placement",
+            Error::ReadOnly { .. } => "read_only",
+            Error::NotHost { .. } => "not_host",
+            Error::MmapFailed { .. } => "mmap_failed",
+            Error::Mlock { .. } => "mlock",
+        }
+    }
+}

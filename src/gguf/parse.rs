@@ -1,0 +1,559 @@
+//! The GGUF header parser. Safe code over a byte slice; every size and offset
+//! read from the file goes through checked arithmetic.
+
+use super::metadata::{KvEntry, Metadata, ValueType};
+use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, MAX_NAME_LEN};
+use crate::error::{Error, Result};
+use crate::tensor::TensorInfo;
+use crate::types::TensorType;
+
+/// Smallest possible key/value entry: key length (8), a 1-byte key, value type (4), a 1-byte value.
+const MIN_KV_BYTES: u64 = 8 + 1 + 4 + 1;
+/// Smallest possible tensor descriptor: name length (8), n_dims (4), type (4), offset (8).
+const MIN_TENSOR_BYTES: u64 = 8 + 4 + 4 + 8;
+/// Tables start this small and grow as entries are actually parsed.
+const INITIAL_TABLE_CAP: usize = 256;
+
+/// The outcome of [`GgufHeader::parse_prefix`].
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum Parse {
+    /// The prefix held the whole header.
+    Complete(GgufHeader),
+    /// The prefix ends inside the header; at least `min_len` bytes of the file are needed.
+    NeedMore {
+        /// The prefix length to try next (at most the file's length).
+        min_len: u64,
+    },
+}
+
+/// A validated GGUF header. It owns its tables and borrows nothing: metadata
+/// values stay in the file's bytes and are read through [`GgufHeader::metadata_in`]
+/// or [`super::Gguf::metadata`].
+#[derive(Debug, Clone)]
+pub struct GgufHeader {
+    version: u32,
+    alignment: u64,
+    header_len: u64,
+    data_offset: u64,
+    file_len: u64,
+    kvs: Vec<KvEntry>,
+    kv_sorted: Vec<u32>,
+    tensors: Vec<TensorInfo>,
+    tensor_sorted: Vec<u32>,
+}
+
+impl GgufHeader {
+    /// Parse and validate a whole file held in `bytes`.
+    ///
+    /// # Errors
+    /// See [`crate::Error`]; truncation anywhere is [`Error::Truncated`].
+    pub fn parse(bytes: &[u8]) -> Result<GgufHeader> {
+        match Self::parse_prefix(bytes, bytes.len() as u64)? {
+            Parse::Complete(h) => Ok(h),
+            // Unreachable: with the prefix equal to the file, a short read is truncation.
+            Parse::NeedMore { min_len } => Err(Error::Truncated {
+                what: "header".into(),
+                offset: bytes.len() as u64,
+                needed: min_len - bytes.len() as u64,
+                file_len: bytes.len() as u64,
+            }),
+        }
+    }
+
+    /// Parse from the first bytes of a file that is `file_len` bytes long.
+    ///
+    /// Returns [`Parse::NeedMore`] when `prefix` ends inside the header, with
+    /// the least prefix length worth trying next; the caller reads more and
+    /// calls again. Tensor bounds are checked against `file_len`, so a
+    /// complete parse has validated everything but the tensor bytes themselves.
+    ///
+    /// # Errors
+    /// Any header problem; a read past `file_len` is [`Error::Truncated`].
+    pub fn parse_prefix(prefix: &[u8], file_len: u64) -> Result<Parse> {
+        let prefix = &prefix[..prefix.len().min(usize::try_from(file_len).unwrap_or(usize::MAX))];
+        let mut cur = Cursor {
+            b: prefix,
+            pos: 0,
+            file_len,
+        };
+        match parse_inner(&mut cur) {
+            Ok(h) => Ok(Parse::Complete(h)),
+            Err(Stop::More(min_len)) => Ok(Parse::NeedMore { min_len }),
+            Err(Stop::Err(e)) => Err(e),
+        }
+    }
+
+    /// GGUF version (2 or 3).
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// Data alignment: `general.alignment`, or 32.
+    pub fn alignment(&self) -> u64 {
+        self.alignment
+    }
+
+    /// Bytes of header proper (magic through the last tensor descriptor).
+    pub fn header_len(&self) -> u64 {
+        self.header_len
+    }
+
+    /// Absolute offset of the data section (the header length padded to the alignment).
+    pub fn data_offset(&self) -> u64 {
+        self.data_offset
+    }
+
+    /// The file length the header was validated against.
+    pub fn file_len(&self) -> u64 {
+        self.file_len
+    }
+
+    /// Tensor descriptors in file order.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    /// Index (in file order) of the tensor called `name`.
+    pub fn tensor_index(&self, name: &str) -> Option<usize> {
+        self.tensor_sorted
+            .binary_search_by(|&i| self.tensors[i as usize].name.as_str().cmp(name))
+            .ok()
+            .map(|k| self.tensor_sorted[k] as usize)
+    }
+
+    /// Number of metadata entries.
+    pub fn kv_count(&self) -> usize {
+        self.kvs.len()
+    }
+
+    /// The metadata, read from `bytes`: the same bytes (or prefix of them)
+    /// this header was parsed from. Values outside `bytes` read as absent.
+    pub fn metadata_in<'a>(&'a self, bytes: &'a [u8]) -> Metadata<'a> {
+        Metadata::new(bytes, &self.kvs, &self.kv_sorted)
+    }
+
+    /// The byte range `[first tensor start, last tensor end)` in the file, or
+    /// `None` when no tensor has bytes.
+    pub fn tensor_span(&self) -> Option<(u64, u64)> {
+        let mut span: Option<(u64, u64)> = None;
+        for t in self.tensors.iter().filter(|t| t.nbytes > 0) {
+            let (s, e) = (t.file_offset, t.file_offset + t.nbytes);
+            span = Some(match span {
+                None => (s, e),
+                Some((a, b)) => (a.min(s), b.max(e)),
+            });
+        }
+        span
+    }
+}
+
+enum Stop {
+    More(u64),
+    Err(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Stop {
+        Stop::Err(e)
+    }
+}
+
+type PResult<T> = std::result::Result<T, Stop>;
+
+struct Cursor<'a> {
+    b: &'a [u8],
+    pos: usize,
+    file_len: u64,
+}
+
+impl<'a> Cursor<'a> {
+    fn remaining_in_file(&self) -> u64 {
+        self.file_len.saturating_sub(self.pos as u64)
+    }
+
+    #[inline]
+    fn take(&mut self, n: u64, what: impl FnOnce() -> String) -> PResult<&'a [u8]> {
+        let end = (self.pos as u64).checked_add(n);
+        match end {
+            Some(end) if end <= self.b.len() as u64 => {
+                let s = &self.b[self.pos..end as usize];
+                self.pos = end as usize;
+                Ok(s)
+            }
+            Some(end) if end <= self.file_len => Err(Stop::More(end)),
+            _ => Err(Stop::Err(Error::Truncated {
+                what: what(),
+                offset: self.pos as u64,
+                needed: n,
+                file_len: self.file_len,
+            })),
+        }
+    }
+
+    #[inline]
+    fn u32(&mut self, what: impl FnOnce() -> String) -> PResult<u32> {
+        let s = self.take(4, what)?;
+        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    }
+
+    #[inline]
+    fn u64(&mut self, what: impl FnOnce() -> String) -> PResult<u64> {
+        let s = self.take(8, what)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(s);
+        Ok(u64::from_le_bytes(a))
+    }
+}
+
+fn align_up(x: u64, a: u64) -> Option<u64> {
+    // `a` is a nonzero power of two (validated).
+    x.checked_add(a - 1).map(|v| v & !(a - 1))
+}
+
+fn parse_inner(cur: &mut Cursor<'_>) -> PResult<GgufHeader> {
+    let magic = cur.take(4, || "magic".into())?;
+    if magic != MAGIC {
+        let mut found = [0u8; 4];
+        found.copy_from_slice(magic);
+        return Err(Error::BadMagic { found }.into());
+    }
+    let version = cur.u32(|| "version".into())?;
+    if version == 0 {
+        return Err(Error::UnsupportedVersion { version }.into());
+    }
+    if version & 0xFFFF == 0 {
+        // ggml's rule: a version whose low half is zero was written in the
+        // other byte order.
+        return Err(Error::BigEndian { version }.into());
+    }
+    if !(2..=3).contains(&version) {
+        return Err(Error::UnsupportedVersion { version }.into());
+    }
+    let counts_at = cur.pos as u64;
+    let n_tensors = cur.u64(|| "tensor count".into())?;
+    let n_kv = cur.u64(|| "key/value count".into())?;
+    let remaining = cur.remaining_in_file();
+    if n_tensors > remaining / MIN_TENSOR_BYTES {
+        return Err(Error::CountTooLarge {
+            what: "tensor".into(),
+            count: n_tensors,
+            offset: counts_at,
+            remaining,
+        }
+        .into());
+    }
+    if n_kv > remaining / MIN_KV_BYTES
+        || u128::from(n_kv) * u128::from(MIN_KV_BYTES)
+            + u128::from(n_tensors) * u128::from(MIN_TENSOR_BYTES)
+            > u128::from(remaining)
+    {
+        return Err(Error::CountTooLarge {
+            what: "key/value".into(),
+            count: n_kv,
+            offset: counts_at + 8,
+            remaining,
+        }
+        .into());
+    }
+
+    // ---- key/value pairs ----
+    let mut kvs: Vec<KvEntry> = Vec::with_capacity((n_kv as usize).min(INITIAL_TABLE_CAP));
+    for i in 0..n_kv {
+        kvs.push(parse_kv(cur, i)?);
+    }
+    let kv_sorted = sorted_index(kvs.len(), |a, b| {
+        cur.b[kvs[a].key.clone()].cmp(&cur.b[kvs[b].key.clone()])
+    });
+    for w in kv_sorted.windows(2) {
+        let (a, b) = (&kvs[w[0] as usize], &kvs[w[1] as usize]);
+        if cur.b[a.key.clone()] == cur.b[b.key.clone()] {
+            let later = if a.key_offset > b.key_offset { a } else { b };
+            return Err(Error::DuplicateKey {
+                key: String::from_utf8_lossy(&cur.b[later.key.clone()]).into_owned(),
+                offset: later.key_offset,
+            }
+            .into());
+        }
+    }
+
+    let mut alignment = DEFAULT_ALIGNMENT;
+    if let Some(e) = kvs.iter().find(|e| &cur.b[e.key.clone()] == ALIGNMENT_KEY.as_bytes()) {
+        if e.vtype != ValueType::U32 {
+            return Err(Error::AlignmentType {
+                found: e.vtype.name(),
+            }
+            .into());
+        }
+        let v = &cur.b[e.value.clone()];
+        let a = u64::from(u32::from_le_bytes([v[0], v[1], v[2], v[3]]));
+        if a == 0 || !a.is_power_of_two() {
+            return Err(Error::AlignmentValue { value: a }.into());
+        }
+        alignment = a;
+    }
+
+    // ---- tensor descriptors ----
+    let mut tensors: Vec<TensorInfo> =
+        Vec::with_capacity((n_tensors as usize).min(INITIAL_TABLE_CAP));
+    for i in 0..n_tensors {
+        tensors.push(parse_tensor(cur, i, alignment)?);
+    }
+    let header_len = cur.pos as u64;
+    let data_offset = align_up(header_len, alignment).ok_or(Error::TensorSizeOverflow {
+        tensor: String::new(),
+        what: "data offset",
+    })?;
+
+    let tensor_sorted = sorted_index(tensors.len(), |a, b| tensors[a].name.cmp(&tensors[b].name));
+    for w in tensor_sorted.windows(2) {
+        if tensors[w[0] as usize].name == tensors[w[1] as usize].name {
+            return Err(Error::DuplicateTensor {
+                name: tensors[w[1] as usize].name.clone(),
+            }
+            .into());
+        }
+    }
+
+    // Place in the file and check bounds (llama.cpp's rule: the tensor's end,
+    // not its padding, must lie within the file).
+    for t in &mut tensors {
+        let start = data_offset
+            .checked_add(t.offset)
+            .ok_or_else(|| overflow(&t.name, "offset + size"))?;
+        let end = start
+            .checked_add(t.nbytes)
+            .ok_or_else(|| overflow(&t.name, "offset + size"))?;
+        if end > cur.file_len {
+            return Err(Error::TensorOutOfBounds {
+                tensor: t.name.clone(),
+                start,
+                end,
+                file_len: cur.file_len,
+            }
+            .into());
+        }
+        t.file_offset = start;
+    }
+    check_overlap(&tensors)?;
+
+    Ok(GgufHeader {
+        version,
+        alignment,
+        header_len,
+        data_offset,
+        file_len: cur.file_len,
+        kvs,
+        kv_sorted,
+        tensors,
+        tensor_sorted,
+    })
+}
+
+/// Indices `0..n` sorted by `cmp`, as u32 (tables are bounded by the file size,
+/// and a file with 2^32 entries would be larger than any index needs).
+fn sorted_index(n: usize, cmp: impl Fn(usize, usize) -> std::cmp::Ordering) -> Vec<u32> {
+    let mut idx: Vec<u32> = (0..n as u32).collect();
+    idx.sort_unstable_by(|&a, &b| cmp(a as usize, b as usize));
+    idx
+}
+
+/// Reject tensors that share bytes. Zero-byte tensors occupy nothing.
+pub(crate) fn check_overlap(tensors: &[TensorInfo]) -> Result<()> {
+    let mut by_start: Vec<&TensorInfo> = tensors.iter().filter(|t| t.nbytes > 0).collect();
+    by_start.sort_unstable_by_key(|t| t.file_offset);
+    for w in by_start.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        if b.file_offset < a.file_offset + a.nbytes {
+            return Err(Error::TensorOverlap {
+                tensor: b.name.clone(),
+                start: b.file_offset,
+                end: b.file_offset + b.nbytes,
+                other: a.name.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn overflow(name: &str, what: &'static str) -> Error {
+    Error::TensorSizeOverflow {
+        tensor: name.to_owned(),
+        what,
+    }
+}
+
+fn parse_kv(cur: &mut Cursor<'_>, i: u64) -> PResult<KvEntry> {
+    let key_offset = cur.pos as u64;
+    let key_len = cur.u64(|| format!("key length of entry {i}"))?;
+    if key_len == 0 {
+        return Err(Error::EmptyKey { offset: key_offset }.into());
+    }
+    let key_bytes = cur.take(key_len, || format!("key of entry {i}"))?;
+    let key_start = cur.pos - key_bytes.len();
+    let key = std::str::from_utf8(key_bytes).map_err(|_| Error::InvalidUtf8 {
+        what: format!("key of entry {i}"),
+        offset: key_offset,
+    })?;
+    let key_range = key_start..cur.pos;
+    let type_at = cur.pos as u64;
+    let type_id = cur.u32(|| format!("value type of key '{key}'"))?;
+    let vtype = ValueType::from_id(type_id).ok_or_else(|| Error::UnknownValueType {
+        key: key.to_owned(),
+        type_id,
+        offset: type_at,
+    })?;
+    let (value, elem, count) = match vtype {
+        ValueType::String => {
+            let len = cur.u64(|| format!("string length of key '{key}'"))?;
+            let s = cur.take(len, || format!("string value of key '{key}'"))?;
+            let start = cur.pos - s.len();
+            (start..cur.pos, ValueType::U8, len)
+        }
+        ValueType::Array => {
+            let elem_at = cur.pos as u64;
+            let elem_id = cur.u32(|| format!("array element type of key '{key}'"))?;
+            let elem = ValueType::from_id(elem_id).ok_or_else(|| Error::UnknownValueType {
+                key: key.to_owned(),
+                type_id: elem_id,
+                offset: elem_at,
+            })?;
+            if elem == ValueType::Array {
+                return Err(Error::NestedArray {
+                    key: key.to_owned(),
+                    offset: elem_at,
+                }
+                .into());
+            }
+            let count_at = cur.pos as u64;
+            let count = cur.u64(|| format!("array length of key '{key}'"))?;
+            let remaining = cur.remaining_in_file();
+            let too_large = || Error::CountTooLarge {
+                what: format!("array '{key}' element"),
+                count,
+                offset: count_at,
+                remaining,
+            };
+            let start = cur.pos;
+            if let Some(size) = elem.fixed_size() {
+                let nbytes = count
+                    .checked_mul(size)
+                    .filter(|&n| n <= remaining)
+                    .ok_or_else(too_large)?;
+                cur.take(nbytes, || format!("array value of key '{key}'"))?;
+            } else {
+                // Strings: each at least its 8-byte length.
+                if count > remaining / 8 {
+                    return Err(too_large().into());
+                }
+                for j in 0..count {
+                    let len = cur.u64(|| format!("length of string {j} of array '{key}'"))?;
+                    cur.take(len, || format!("string {j} of array '{key}'"))?;
+                }
+            }
+            (start..cur.pos, elem, count)
+        }
+        fixed => {
+            let size = fixed.fixed_size().unwrap_or(0);
+            let s = cur.take(size, || format!("value of key '{key}'"))?;
+            let start = cur.pos - s.len();
+            (start..cur.pos, ValueType::U8, 1)
+        }
+    };
+    Ok(KvEntry {
+        key: key_range,
+        key_offset,
+        vtype,
+        value,
+        elem,
+        count,
+    })
+}
+
+fn parse_tensor(cur: &mut Cursor<'_>, i: u64, alignment: u64) -> PResult<TensorInfo> {
+    let name_at = cur.pos as u64;
+    let len = cur.u64(|| format!("name length of tensor {i}"))?;
+    if len > MAX_NAME_LEN {
+        return Err(Error::TensorNameTooLong {
+            len,
+            offset: name_at,
+        }
+        .into());
+    }
+    let name_bytes = cur.take(len, || format!("name of tensor {i}"))?;
+    let name = std::str::from_utf8(name_bytes)
+        .map_err(|_| Error::InvalidUtf8 {
+            what: format!("name of tensor {i}"),
+            offset: name_at + 8,
+        })?
+        .to_owned();
+    let n_dims = cur.u32(|| format!("n_dims of tensor '{name}'"))?;
+    if n_dims > MAX_DIMS {
+        return Err(Error::TooManyDims {
+            tensor: name,
+            n_dims,
+        }
+        .into());
+    }
+    let mut shape = [0u64; MAX_DIMS as usize];
+    for (d, slot) in shape.iter_mut().enumerate().take(n_dims as usize) {
+        let v = cur.u64(|| format!("dimension {d} of tensor '{name}'"))?;
+        if (v as i64) < 0 {
+            return Err(Error::NegativeDim {
+                tensor: name,
+                index: d,
+                value: v as i64,
+            }
+            .into());
+        }
+        *slot = v;
+    }
+    let type_id = cur.u32(|| format!("type of tensor '{name}'"))?;
+    let offset = cur.u64(|| format!("offset of tensor '{name}'"))?;
+    let ty = TensorType::from_ggml_id(type_id).ok_or_else(|| Error::UnknownTensorType {
+        tensor: name.clone(),
+        type_id,
+    })?;
+    let dims = &shape[..n_dims as usize];
+
+    let n_elements = dims
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .filter(|&n| n < i64::MAX as u64)
+        .ok_or_else(|| overflow(&name, "element count"))?;
+    let ne0 = dims.first().copied().unwrap_or(1);
+    if ne0 % ty.block_size() != 0 {
+        return Err(Error::BlockMismatch {
+            tensor: name,
+            ty,
+            ne0,
+            block_size: ty.block_size(),
+        }
+        .into());
+    }
+    let nbytes = ty
+        .bytes_for(n_elements)
+        .filter(|&n| n <= isize::MAX as u64)
+        .ok_or_else(|| overflow(&name, "byte size"))?;
+    align_up(nbytes, alignment).ok_or_else(|| overflow(&name, "padded size"))?;
+    if offset % alignment != 0 {
+        return Err(Error::MisalignedOffset {
+            tensor: name,
+            offset,
+            alignment,
+        }
+        .into());
+    }
+    offset
+        .checked_add(nbytes)
+        .ok_or_else(|| overflow(&name, "offset + size"))?;
+    Ok(TensorInfo {
+        name,
+        ty,
+        shape: dims.into(),
+        outer_first: false,
+        offset,
+        file_offset: 0,
+        nbytes,
+    })
+}

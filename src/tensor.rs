@@ -1,0 +1,50 @@
+//! Tensor descriptors, shared by both formats.
+
+use crate::types::TensorType;
+
+/// One tensor as a weight file describes it: validated, owned, small.
+///
+/// `shape` is in the file's own order: for GGUF that is ggml's `ne[0]`
+/// first (the innermost, fastest-varying dimension); for safetensors it is
+/// the numpy order (outermost first). [`TensorInfo::ne`] gives ggml order for
+/// both.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TensorInfo {
+    /// The tensor's name.
+    pub name: String,
+    /// Its element type.
+    pub ty: TensorType,
+    /// Its dimensions, in the file's order.
+    pub shape: Box<[u64]>,
+    /// Whether `shape` is outermost first (safetensors) rather than ggml's `ne[0]` first.
+    pub outer_first: bool,
+    /// Offset of its first byte from the start of the data section.
+    pub offset: u64,
+    /// Offset of its first byte from the start of the file.
+    pub file_offset: u64,
+    /// Its size in bytes.
+    pub nbytes: u64,
+}
+
+impl TensorInfo {
+    /// Number of elements (the product of the dimensions; 1 for a scalar).
+    pub fn n_elements(&self) -> u64 {
+        // Validated at parse time not to overflow.
+        self.shape.iter().product()
+    }
+
+    /// Dimensions in ggml order, `ne[0]` (innermost) first.
+    pub fn ne(&self) -> Vec<u64> {
+        let mut v = self.shape.to_vec();
+        if self.outer_first {
+            v.reverse();
+        }
+        v
+    }
+
+    /// The absolute byte range `[file_offset, file_offset + nbytes)` in the file.
+    pub fn file_range(&self) -> std::ops::Range<u64> {
+        self.file_offset..self.file_offset + self.nbytes
+    }
+}
