@@ -2,23 +2,23 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
 
+pub mod buffer;
 pub mod error;
+pub mod format;
 pub mod gguf;
+pub mod loader;
+pub mod safetensors;
+pub mod mmap;
 pub mod tensor;
 pub mod types;
 
 pub use error::{Error, Result};
+pub use format::{Format, Header};
+pub use loader::{
+    FallbackReason, LoadMode, LoadOptions, LoadReport, MappedWeights, OwnedTensor, Prefetch,
+    TensorRef, Weights, WeightsHeader,
+};
+pub use mmap::AccessAdvice;
 pub use tensor::TensorInfo;
 pub use types::TensorType;
 
-/// Placeholder until the loader lands.
-pub mod loader {
-    /// Why the mapped path was not used.
-    #[derive(Debug)]
-    pub struct FallbackReason;
-    impl std::fmt::Display for FallbackReason {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("?")
-        }
-    }
-}

@@ -1,0 +1,288 @@
+//! The CPU buffer type: owned aligned buffers and non-owning mapped buffers.
+
+use std::sync::Arc;
+
+use memmap2::MmapMut;
+
+use super::{check_alignment, check_range, Buffer, BufferType, BufferUsage};
+use crate::error::{Error, Result};
+use crate::mmap::{page_size, Mapping};
+
+/// The CPU buffer type: host memory, 32-byte alignment by default (ggml's
+/// tensor alignment), configurable to any power of two.
+///
+/// ```
+/// use weightmap::buffer::{Buffer, BufferType, CpuBufferType};
+/// # fn main() -> weightmap::Result<()> {
+/// let bt = CpuBufferType::with_alignment(64)?; // AVX-512
+/// let mut buf = bt.alloc_buffer(256)?;
+/// buf.set(64, &[1, 2, 3])?;
+/// let mut out = [0u8; 3];
+/// buf.get(64, &mut out)?;
+/// assert_eq!(out, [1, 2, 3]);
+/// assert_eq!(buf.base_addr() % 64, 0);
+/// assert!(CpuBufferType::with_alignment(48).is_err());
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuBufferType {
+    alignment: usize,
+}
+
+impl CpuBufferType {
+    /// ggml's tensor alignment.
+    pub const DEFAULT_ALIGNMENT: usize = 32;
+
+    /// The default CPU buffer type (32-byte alignment).
+    pub fn new() -> Self {
+        CpuBufferType {
+            alignment: Self::DEFAULT_ALIGNMENT,
+        }
+    }
+
+    /// A CPU buffer type with another alignment (64 for AVX-512, 4096 for pages).
+    ///
+    /// # Errors
+    /// [`Error::InvalidAlignment`] unless `alignment` is a nonzero power of two.
+    pub fn with_alignment(alignment: usize) -> Result<Self> {
+        Ok(CpuBufferType {
+            alignment: check_alignment(alignment)?,
+        })
+    }
+
+    /// Allocate an owned buffer (the concrete type, not boxed).
+    ///
+    /// # Errors
+    /// [`Error::Alloc`] if the memory cannot be had.
+    pub fn alloc(&self, size: usize) -> Result<CpuBuffer> {
+        CpuBuffer::new(size, self.alignment)
+    }
+}
+
+impl Default for CpuBufferType {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl BufferType for CpuBufferType {
+    fn name(&self) -> &str {
+        "CPU"
+    }
+    fn alignment(&self) -> usize {
+        self.alignment
+    }
+    fn is_host(&self) -> bool {
+        true
+    }
+    fn alloc_buffer(&self, size: usize) -> Result<Box<dyn Buffer>> {
+        Ok(Box::new(self.alloc(size)?))
+    }
+}
+
+/// An owned, aligned, zero-initialised host buffer.
+///
+/// The memory is an anonymous private mapping: page-aligned, zeroed lazily by
+/// the kernel (no up-front memset of a 1 GiB buffer), returned to the system
+/// on drop. Alignments above the page size are met by over-allocating.
+#[derive(Debug)]
+pub struct CpuBuffer {
+    mem: Option<MmapMut>,
+    start: usize,
+    size: usize,
+    alignment: usize,
+    usage: BufferUsage,
+}
+
+impl CpuBuffer {
+    fn new(size: usize, alignment: usize) -> Result<CpuBuffer> {
+        let alignment = check_alignment(alignment)?;
+        if size == 0 {
+            return Ok(CpuBuffer {
+                mem: None,
+                start: 0,
+                size: 0,
+                alignment,
+                usage: BufferUsage::Any,
+            });
+        }
+        let slack = if alignment > page_size() { alignment } else { 0 };
+        let total = size.checked_add(slack).ok_or_else(|| Error::Alloc {
+            size,
+            source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+        })?;
+        let mem = MmapMut::map_anon(total).map_err(|source| Error::Alloc { size, source })?;
+        let addr = mem.as_ptr() as usize;
+        let start = addr.next_multiple_of(alignment) - addr;
+        Ok(CpuBuffer {
+            mem: Some(mem),
+            start,
+            size,
+            alignment,
+            usage: BufferUsage::Any,
+        })
+    }
+
+    /// The buffer's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match &self.mem {
+            Some(m) => &m[self.start..self.start + self.size],
+            None => &[],
+        }
+    }
+
+    /// The buffer's bytes, writable.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        match &mut self.mem {
+            Some(m) => &mut m[self.start..self.start + self.size],
+            None => &mut [],
+        }
+    }
+}
+
+impl Buffer for CpuBuffer {
+    fn type_name(&self) -> &str {
+        "CPU"
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn alignment(&self) -> usize {
+        self.alignment
+    }
+    fn usage(&self) -> BufferUsage {
+        self.usage
+    }
+    fn set_usage(&mut self, usage: BufferUsage) {
+        self.usage = usage;
+    }
+    fn owns_memory(&self) -> bool {
+        true
+    }
+    fn is_host(&self) -> bool {
+        true
+    }
+    fn base_addr(&self) -> usize {
+        self.bytes().as_ptr() as usize
+    }
+    fn host_bytes(&self) -> Option<&[u8]> {
+        Some(self.bytes())
+    }
+    fn host_bytes_mut(&mut self) -> Option<&mut [u8]> {
+        Some(self.bytes_mut())
+    }
+    fn set(&mut self, offset: usize, data: &[u8]) -> Result<()> {
+        let r = check_range(offset, data.len(), self.size)?;
+        self.bytes_mut()[r].copy_from_slice(data);
+        Ok(())
+    }
+    fn get(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        let r = check_range(offset, out.len(), self.size)?;
+        out.copy_from_slice(&self.bytes()[r]);
+        Ok(())
+    }
+    fn memset(&mut self, offset: usize, len: usize, value: u8) -> Result<()> {
+        let r = check_range(offset, len, self.size)?;
+        self.bytes_mut()[r].fill(value);
+        Ok(())
+    }
+}
+
+/// A non-owning CPU buffer over a byte range of a file mapping (ggml's
+/// `CPU_Mapped` buffer from `ggml_backend_cpu_buffer_from_ptr`).
+///
+/// It holds the [`Mapping`] through an `Arc`: the mapping lives as long as
+/// the longest-lived of its holders, and every byte view borrows the buffer,
+/// so no view can outlive the mapping. Dropping the buffer frees nothing but
+/// its handle. It is read-only: writes return [`Error::ReadOnly`].
+#[derive(Debug, Clone)]
+pub struct MappedBuffer {
+    map: Arc<Mapping>,
+    start: usize,
+    size: usize,
+    alignment: usize,
+    usage: BufferUsage,
+}
+
+impl MappedBuffer {
+    /// A buffer viewing `[start, start + size)` of `map`, whose tensors must
+    /// sit at multiples of `alignment`.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBuffer`] if the range is not inside the mapping,
+    /// [`Error::InvalidAlignment`] for a bad alignment.
+    pub fn new(map: Arc<Mapping>, start: usize, size: usize, alignment: usize) -> Result<Self> {
+        check_range(start, size, map.len())?;
+        Ok(MappedBuffer {
+            map,
+            start,
+            size,
+            alignment: check_alignment(alignment)?,
+            usage: BufferUsage::Weights,
+        })
+    }
+
+    /// The viewed bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map.bytes()[self.start..self.start + self.size]
+    }
+
+    /// The mapping this buffer keeps alive.
+    pub fn mapping(&self) -> &Arc<Mapping> {
+        &self.map
+    }
+
+    /// Where the buffer starts in the mapping (and so in the file).
+    pub fn file_start(&self) -> usize {
+        self.start
+    }
+
+    fn read_only(&self) -> Error {
+        Error::ReadOnly {
+            buffer: "CPU_Mapped".into(),
+        }
+    }
+}
+
+impl Buffer for MappedBuffer {
+    fn type_name(&self) -> &str {
+        "CPU_Mapped"
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn alignment(&self) -> usize {
+        self.alignment
+    }
+    fn usage(&self) -> BufferUsage {
+        self.usage
+    }
+    fn set_usage(&mut self, usage: BufferUsage) {
+        self.usage = usage;
+    }
+    fn owns_memory(&self) -> bool {
+        false
+    }
+    fn is_host(&self) -> bool {
+        true
+    }
+    fn base_addr(&self) -> usize {
+        self.map.addr() + self.start
+    }
+    fn host_bytes(&self) -> Option<&[u8]> {
+        Some(self.bytes())
+    }
+    fn set(&mut self, offset: usize, data: &[u8]) -> Result<()> {
+        check_range(offset, data.len(), self.size)?;
+        Err(self.read_only())
+    }
+    fn get(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        let r = check_range(offset, out.len(), self.size)?;
+        out.copy_from_slice(&self.bytes()[r]);
+        Ok(())
+    }
+    fn memset(&mut self, offset: usize, len: usize, _value: u8) -> Result<()> {
+        check_range(offset, len, self.size)?;
+        Err(self.read_only())
+    }
+}

@@ -1,0 +1,218 @@
+//! ggml-style backend buffers.
+//!
+//! A [`BufferType`] knows its alignment, its largest buffer and whether its
+//! memory is host-visible, and allocates [`Buffer`]s. A tensor is *placed*
+//! at an offset inside a buffer ([`place`]), which checks bounds and the
+//! address's alignment and returns a typed error rather than asserting.
+//!
+//! The shapes follow ggml's `ggml_backend_buffer_type_i` and
+//! `ggml_backend_buffer_i`; optional slots become default methods. What C
+//! does by convention, the types do here:
+//! - a buffer over a file mapping ([`MappedBuffer`], ggml's
+//!   `ggml_backend_cpu_buffer_from_ptr`) holds the mapping through an `Arc`,
+//!   so no view of it can outlive the mapping, and dropping it frees nothing
+//!   but its handle;
+//! - a mapped buffer is read-only: [`Buffer::set`], [`Buffer::memset`] and
+//!   [`Buffer::clear`] return [`Error::ReadOnly`] and [`Buffer::host_bytes_mut`]
+//!   returns `None`, so nothing can write through a mapped view. A runtime
+//!   that must rewrite a weight takes an owned copy ([`crate::TensorRef::to_owned_tensor`]).
+
+mod cpu;
+mod device;
+mod view;
+
+pub use cpu::{CpuBuffer, CpuBufferType, MappedBuffer};
+pub use device::{SimDeviceBuffer, SimDeviceBufferType};
+pub use view::{
+    view, view_mut, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
+    BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, Element,
+};
+
+use std::fmt;
+
+use crate::error::{Error, Result};
+use crate::tensor::TensorInfo;
+
+/// What a buffer holds; plain metadata a scheduler may read (ggml's
+/// `GGML_BACKEND_BUFFER_USAGE_*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum BufferUsage {
+    /// Unspecified.
+    #[default]
+    Any,
+    /// Model weights.
+    Weights,
+    /// Intermediate results.
+    Compute,
+}
+
+/// A kind of memory that buffers are allocated from (ggml's buffer type).
+pub trait BufferType: Send + Sync + fmt::Debug {
+    /// A short name, such as `"CPU"`.
+    fn name(&self) -> &str;
+
+    /// The alignment every tensor address in this type's buffers must have:
+    /// a nonzero power of two.
+    fn alignment(&self) -> usize;
+
+    /// The largest buffer this type can allocate.
+    fn max_size(&self) -> usize {
+        usize::MAX
+    }
+
+    /// Whether the CPU can read this type's memory directly.
+    fn is_host(&self) -> bool {
+        false
+    }
+
+    /// Allocate a zeroed buffer of `size` bytes.
+    ///
+    /// # Errors
+    /// [`Error::BufferTooLarge`] past [`BufferType::max_size`], or [`Error::Alloc`].
+    fn alloc_buffer(&self, size: usize) -> Result<Box<dyn Buffer>>;
+
+    /// Bytes a tensor needs in this type's buffers (by default its size).
+    fn alloc_size(&self, tensor: &TensorInfo) -> usize {
+        usize::try_from(tensor.nbytes).unwrap_or(usize::MAX)
+    }
+}
+
+/// A region of backend memory that tensors are placed in (ggml's buffer).
+///
+/// `set`/`get` of a byte range at an offset work on every buffer and are the
+/// only way to reach a non-host buffer's memory.
+pub trait Buffer: Send + Sync + fmt::Debug {
+    /// The name of the buffer's type.
+    fn type_name(&self) -> &str;
+
+    /// Size in bytes.
+    fn size(&self) -> usize;
+
+    /// The alignment tensor addresses in this buffer must have.
+    fn alignment(&self) -> usize;
+
+    /// What the buffer holds.
+    fn usage(&self) -> BufferUsage;
+
+    /// Say what the buffer holds.
+    fn set_usage(&mut self, usage: BufferUsage);
+
+    /// Whether dropping the buffer frees its memory (false for a buffer
+    /// that views memory someone else owns).
+    fn owns_memory(&self) -> bool;
+
+    /// Whether the CPU can read the memory directly.
+    fn is_host(&self) -> bool;
+
+    /// The address placement checks alignment against: the base pointer for
+    /// host buffers, 0 for device buffers (their offsets are their addresses).
+    fn base_addr(&self) -> usize;
+
+    /// The whole buffer as bytes, for host buffers.
+    fn host_bytes(&self) -> Option<&[u8]> {
+        None
+    }
+
+    /// The whole buffer as writable bytes, for writable host buffers.
+    fn host_bytes_mut(&mut self) -> Option<&mut [u8]> {
+        None
+    }
+
+    /// Copy `data` into the buffer at `offset`.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBuffer`], or [`Error::ReadOnly`] for a mapped buffer.
+    fn set(&mut self, offset: usize, data: &[u8]) -> Result<()>;
+
+    /// Copy `out.len()` bytes at `offset` out of the buffer.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBuffer`].
+    fn get(&self, offset: usize, out: &mut [u8]) -> Result<()>;
+
+    /// Fill `len` bytes at `offset` with `value`.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBuffer`], or [`Error::ReadOnly`] for a mapped buffer.
+    fn memset(&mut self, offset: usize, len: usize, value: u8) -> Result<()>;
+
+    /// Fill the whole buffer with `value`.
+    ///
+    /// # Errors
+    /// [`Error::ReadOnly`] for a mapped buffer.
+    fn clear(&mut self, value: u8) -> Result<()> {
+        let n = self.size();
+        self.memset(0, n, value)
+    }
+}
+
+/// Check that `[offset, offset + len)` lies within a buffer of `size` bytes.
+///
+/// # Errors
+/// [`Error::OutOfBuffer`] when it does not, including when the end overflows.
+pub fn check_range(offset: usize, len: usize, size: usize) -> Result<std::ops::Range<usize>> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(offset..end),
+        _ => Err(Error::OutOfBuffer {
+            offset,
+            len,
+            buffer_size: size,
+        }),
+    }
+}
+
+/// Where a tensor sits in a buffer: checked against the buffer's bounds and
+/// alignment when it was made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// Offset from the buffer's start.
+    pub offset: usize,
+    /// Bytes the tensor occupies.
+    pub len: usize,
+}
+
+/// Place a tensor of `len` bytes named `tensor` at `offset` in `buffer`,
+/// requiring its address to be a multiple of `alignment` (a power of two;
+/// normally the buffer's own [`Buffer::alignment`]).
+///
+/// ```
+/// use weightmap::buffer::{place, BufferType, CpuBufferType};
+/// # fn main() -> weightmap::Result<()> {
+/// let buf = CpuBufferType::new().alloc_buffer(128)?;
+/// assert!(place(buf.as_ref(), "w", 32, 64, 32).is_ok());
+/// assert!(place(buf.as_ref(), "w", 8, 64, 32).is_err()); // misaligned
+/// assert!(place(buf.as_ref(), "w", 96, 64, 32).is_err()); // past the end
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`Error::OutOfBuffer`] or [`Error::MisalignedPlacement`].
+pub fn place(
+    buffer: &dyn Buffer,
+    tensor: &str,
+    offset: usize,
+    len: usize,
+    alignment: usize,
+) -> Result<Placement> {
+    check_range(offset, len, buffer.size())?;
+    let address = buffer.base_addr().wrapping_add(offset);
+    if alignment == 0 || !alignment.is_power_of_two() {
+        return Err(Error::InvalidAlignment { alignment });
+    }
+    if address % alignment != 0 {
+        return Err(Error::MisalignedPlacement {
+            tensor: tensor.to_owned(),
+            address,
+            alignment,
+        });
+    }
+    Ok(Placement { offset, len })
+}
+
+pub(crate) fn check_alignment(alignment: usize) -> Result<usize> {
+    if alignment == 0 || !alignment.is_power_of_two() {
+        Err(Error::InvalidAlignment { alignment })
+    } else {
+        Ok(alignment)
+    }
+}

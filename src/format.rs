@@ -1,0 +1,248 @@
+//! Format detection and the format-agnostic header.
+
+use std::fs::File;
+
+use crate::error::{Error, Result};
+use crate::gguf::{self, GgufHeader, Metadata};
+use crate::safetensors::{self as st, SafetensorsHeader};
+use crate::tensor::TensorInfo;
+
+/// A weight file format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// GGUF (ggml's format), versions 2 and 3.
+    Gguf,
+    /// safetensors (an 8-byte length, a JSON header, then data).
+    Safetensors,
+}
+
+impl Format {
+    /// Lowercase name: `"gguf"` or `"safetensors"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Gguf => "gguf",
+            Format::Safetensors => "safetensors",
+        }
+    }
+
+    /// Tell the format from a file's first bytes (at least 9 of them, or the
+    /// whole file if shorter), by content, not by extension. A file that
+    /// starts like the GGUF magic, or is too short to tell, is taken as GGUF,
+    /// whose parser then says precisely what is wrong.
+    ///
+    /// # Errors
+    /// [`Error::UnknownFormat`].
+    pub fn detect(prefix: &[u8]) -> Result<Format> {
+        let n = prefix.len().min(4);
+        if prefix[..n] == gguf::MAGIC[..n] {
+            Ok(Format::Gguf)
+        } else if st::sniff(prefix) {
+            Ok(Format::Safetensors)
+        } else {
+            Err(Error::UnknownFormat)
+        }
+    }
+}
+
+/// A validated header of either format.
+#[derive(Debug, Clone)]
+pub enum Header {
+    /// A GGUF header.
+    Gguf(GgufHeader),
+    /// A safetensors header.
+    Safetensors(SafetensorsHeader),
+}
+
+/// The outcome of [`Header::parse_prefix`].
+#[derive(Debug)]
+pub(crate) enum Progress {
+    Complete(Header),
+    NeedMore(u64),
+}
+
+impl Header {
+    /// Detect the format and parse a whole file held in `bytes`.
+    ///
+    /// # Errors
+    /// [`Error::UnknownFormat`] or the format's own validation error.
+    pub fn parse(bytes: &[u8]) -> Result<Header> {
+        Ok(match Format::detect(bytes)? {
+            Format::Gguf => Header::Gguf(GgufHeader::parse(bytes)?),
+            Format::Safetensors => Header::Safetensors(SafetensorsHeader::parse(bytes)?),
+        })
+    }
+
+    pub(crate) fn parse_prefix(prefix: &[u8], file_len: u64) -> Result<Progress> {
+        if (prefix.len() as u64) < file_len.min(9) {
+            return Ok(Progress::NeedMore(file_len.min(9)));
+        }
+        Ok(match Format::detect(prefix)? {
+            Format::Gguf => match GgufHeader::parse_prefix(prefix, file_len)? {
+                gguf::Parse::Complete(h) => Progress::Complete(Header::Gguf(h)),
+                gguf::Parse::NeedMore { min_len } => Progress::NeedMore(min_len),
+            },
+            Format::Safetensors => match SafetensorsHeader::parse_prefix(prefix, file_len)? {
+                st::Parse::Complete(h) => Progress::Complete(Header::Safetensors(h)),
+                st::Parse::NeedMore { min_len } => Progress::NeedMore(min_len),
+            },
+        })
+    }
+
+    /// The format.
+    pub fn format(&self) -> Format {
+        match self {
+            Header::Gguf(_) => Format::Gguf,
+            Header::Safetensors(_) => Format::Safetensors,
+        }
+    }
+
+    /// Tensor descriptors in file order.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        match self {
+            Header::Gguf(h) => h.tensors(),
+            Header::Safetensors(h) => h.tensors(),
+        }
+    }
+
+    /// Index of the tensor called `name`.
+    pub fn tensor_index(&self, name: &str) -> Option<usize> {
+        match self {
+            Header::Gguf(h) => h.tensor_index(name),
+            Header::Safetensors(h) => h.tensor_index(name),
+        }
+    }
+
+    /// Absolute offset of the data section.
+    pub fn data_offset(&self) -> u64 {
+        match self {
+            Header::Gguf(h) => h.data_offset(),
+            Header::Safetensors(h) => h.data_offset(),
+        }
+    }
+
+    /// The file length the header was validated against.
+    pub fn file_len(&self) -> u64 {
+        match self {
+            Header::Gguf(h) => h.file_len(),
+            Header::Safetensors(h) => h.file_len(),
+        }
+    }
+
+    /// The alignment the file promises for tensor offsets: GGUF's
+    /// `general.alignment` (default 32); 1 for safetensors, which promises none.
+    pub fn file_alignment(&self) -> u64 {
+        match self {
+            Header::Gguf(h) => h.alignment(),
+            Header::Safetensors(_) => 1,
+        }
+    }
+
+    /// The alignment a tensor's address must have to be placed zero-copy in
+    /// a buffer of a type with alignment `buffer_alignment`.
+    ///
+    /// GGUF tensors feed ggml kernels, which assume the buffer type's
+    /// alignment: the full `buffer_alignment` applies. safetensors promises
+    /// only what its writers do in practice (offsets that are multiples of
+    /// the element size, after a header padded to 8), and what a typed view
+    /// needs is the element's alignment: the element size (capped at
+    /// `buffer_alignment`) applies. See ARCHITECTURE.md.
+    pub fn required_alignment(&self, info: &TensorInfo, buffer_alignment: usize) -> usize {
+        match self {
+            Header::Gguf(_) => buffer_alignment,
+            Header::Safetensors(_) => {
+                let elem = usize::try_from(info.ty.type_size()).unwrap_or(1);
+                let elem = if elem.is_power_of_two() { elem } else { 1 };
+                elem.min(buffer_alignment)
+            }
+        }
+    }
+
+    /// `[start, end)` in the file covering every tensor (zero-size ones
+    /// included), or an empty range at the data offset when there are none.
+    pub fn tensor_region(&self) -> (u64, u64) {
+        let mut it = self.tensors().iter();
+        let Some(first) = it.next() else {
+            let d = self.data_offset().min(self.file_len());
+            return (d, d);
+        };
+        let mut span = (first.file_offset, first.file_offset + first.nbytes);
+        for t in it {
+            span.0 = span.0.min(t.file_offset);
+            span.1 = span.1.max(t.file_offset + t.nbytes);
+        }
+        span
+    }
+
+    /// GGUF metadata, read from `bytes` (the bytes the header was parsed from).
+    pub fn gguf_metadata<'a>(&'a self, bytes: &'a [u8]) -> Option<Metadata<'a>> {
+        match self {
+            Header::Gguf(h) => Some(h.metadata_in(bytes)),
+            Header::Safetensors(_) => None,
+        }
+    }
+
+    /// The safetensors `__metadata__` map.
+    pub fn safetensors_metadata(&self) -> Option<&std::collections::BTreeMap<String, String>> {
+        match self {
+            Header::Gguf(_) => None,
+            Header::Safetensors(h) => Some(h.metadata()),
+        }
+    }
+}
+
+/// Read `buf.len()` bytes at `offset`.
+pub(crate) fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileExt;
+        file.read_exact_at(buf, offset)
+    }
+    #[cfg(not(unix))]
+    {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = file;
+        f.seek(SeekFrom::Start(offset))?;
+        f.read_exact(buf)
+    }
+}
+
+/// First read of a header: large enough for most headers in one go, small
+/// next to any model.
+const FIRST_READ: u64 = 2 << 20;
+
+/// Read and validate the header of an open file of `file_len` bytes, reading
+/// only as much of the file as the header needs (plus at most one read's
+/// slack). Returns the header and the bytes read.
+pub(crate) fn read_header(file: &File, file_len: u64, path: &std::path::Path) -> Result<(Header, Vec<u8>)> {
+    let mut bytes: Vec<u8> = Vec::new();
+    let mut want = file_len.min(FIRST_READ);
+    loop {
+        let have = bytes.len();
+        let want_usize = usize::try_from(want).map_err(|_| Error::Truncated {
+            what: "header".into(),
+            offset: 0,
+            needed: want,
+            file_len,
+        })?;
+        bytes.resize(want_usize, 0);
+        read_at(file, &mut bytes[have..], have as u64).map_err(|e| Error::io("read", path, e))?;
+        match Header::parse_prefix(&bytes, file_len)? {
+            Progress::Complete(h) => return Ok((h, bytes)),
+            Progress::NeedMore(min) => {
+                // Grow geometrically so a huge header costs O(n) reads and
+                // O(n log n) re-parsing at worst; never past the file.
+                want = min.max(want.saturating_mul(2)).min(file_len);
+                if want <= bytes.len() as u64 {
+                    // The parser asked for no more than it has: cannot happen,
+                    // but never loop forever on it.
+                    return Err(Error::Truncated {
+                        what: "header".into(),
+                        offset: bytes.len() as u64,
+                        needed: min.saturating_sub(bytes.len() as u64),
+                        file_len,
+                    });
+                }
+            }
+        }
+    }
+}
