@@ -67,7 +67,9 @@ pub enum Error {
         version: u32,
     },
     /// The version reads as byte-swapped: a big-endian file.
-    #[error("GGUF version field {version:#010x} is byte-swapped: big-endian files are not supported")]
+    #[error(
+        "GGUF version field {version:#010x} is byte-swapped: big-endian files are not supported"
+    )]
     BigEndian {
         /// The version field as read little-endian.
         version: u32,
@@ -199,7 +201,9 @@ pub enum Error {
         what: &'static str,
     },
     /// ne[0] not a multiple of the type's block size.
-    #[error("tensor '{tensor}': ne[0] = {ne0} is not a multiple of {ty}'s block size {block_size}")]
+    #[error(
+        "tensor '{tensor}': ne[0] = {ne0} is not a multiple of {ty}'s block size {block_size}"
+    )]
     BlockMismatch {
         /// The tensor.
         tensor: String,

@@ -213,7 +213,11 @@ const FIRST_READ: u64 = 2 << 20;
 /// Read and validate the header of an open file of `file_len` bytes, reading
 /// only as much of the file as the header needs (plus at most one read's
 /// slack). Returns the header and the bytes read.
-pub(crate) fn read_header(file: &File, file_len: u64, path: &std::path::Path) -> Result<(Header, Vec<u8>)> {
+pub(crate) fn read_header(
+    file: &File,
+    file_len: u64,
+    path: &std::path::Path,
+) -> Result<(Header, Vec<u8>)> {
     let mut bytes: Vec<u8> = Vec::new();
     let mut want = file_len.min(FIRST_READ);
     loop {

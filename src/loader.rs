@@ -30,8 +30,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::buffer::{
-    place, view, view_mut, Buffer, BufferType, BufferUsage, CpuBuffer, CpuBufferType,
-    Element, MappedBuffer, Placement,
+    place, view, view_mut, Buffer, BufferType, BufferUsage, CpuBuffer, CpuBufferType, Element,
+    MappedBuffer, Placement,
 };
 use crate::error::{Error, Result};
 use crate::format::{read_at, read_header, Format, Header};
@@ -330,7 +330,18 @@ impl From<FallbackReason> for MapFail {
 ///
 /// Safety: the caller promises the file is not changed while the result lives.
 unsafe fn map_path(path: &Path, opts: &LoadOptions) -> std::result::Result<MappedWeights, MapFail> {
-    if !crate::mmap::SUPPORTED {
+    // SAFETY: forwarded to the caller.
+    unsafe { map_path_on(path, opts, crate::mmap::SUPPORTED) }
+}
+
+/// [`map_path`] with the platform's mmap support as a parameter, so the
+/// `Unsupported` fallback can be tested on a platform that has mmap.
+unsafe fn map_path_on(
+    path: &Path,
+    opts: &LoadOptions,
+    mmap_supported: bool,
+) -> std::result::Result<MappedWeights, MapFail> {
+    if !mmap_supported {
         return Err(FallbackReason::Unsupported.into());
     }
     let bt = opts.buffer_type.as_ref();
@@ -453,8 +464,14 @@ unsafe fn map_path(path: &Path, opts: &LoadOptions) -> std::result::Result<Mappe
     let mut placements = Vec::with_capacity(header.tensors().len());
     for t in header.tensors() {
         let alignment = header.required_alignment(t, bt.alignment());
-        let p = place(&buffer, &t.name, t.file_offset as usize - start, t.nbytes as usize, alignment)
-            .map_err(MapFail::Error)?;
+        let p = place(
+            &buffer,
+            &t.name,
+            t.file_offset as usize - start,
+            t.nbytes as usize,
+            alignment,
+        )
+        .map_err(MapFail::Error)?;
         placements.push(p);
     }
     Ok(MappedWeights {
@@ -479,7 +496,10 @@ fn stream_path(path: &Path, opts: &LoadOptions) -> Result<StreamedWeights> {
         return Err(Error::NotAFile { path: path.into() });
     }
     let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
-    let len = file.metadata().map_err(|e| Error::io("stat", path, e))?.len();
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io("stat", path, e))?
+        .len();
     if len == 0 {
         return Err(Error::EmptyFile { path: path.into() });
     }
@@ -496,7 +516,9 @@ fn stream_path(path: &Path, opts: &LoadOptions) -> Result<StreamedWeights> {
             size: usize::MAX,
             max: bt.max_size(),
         };
-        let offset = total.checked_next_multiple_of(align).ok_or_else(too_large)?;
+        let offset = total
+            .checked_next_multiple_of(align)
+            .ok_or_else(too_large)?;
         total = offset.checked_add(size).ok_or_else(too_large)?;
         placements.push(Placement {
             offset,
@@ -520,7 +542,8 @@ fn stream_path(path: &Path, opts: &LoadOptions) -> Result<StreamedWeights> {
     if let Some(dst) = buffer.host_bytes_mut() {
         // Straight into place: one positioned read per tensor, no staging.
         for (t, p) in header.tensors().iter().zip(&placements) {
-            read_at(&file, &mut dst[p.offset..p.offset + p.len], t.file_offset).map_err(read_err)?;
+            read_at(&file, &mut dst[p.offset..p.offset + p.len], t.file_offset)
+                .map_err(read_err)?;
         }
     } else {
         let max_tensor = placements.iter().map(|p| p.len).max().unwrap_or(0);
@@ -606,8 +629,8 @@ impl Weights {
             }
         }
         let s = stream_path(path, options)?;
-        let copied: u64 = s.placements.iter().map(|p| p.len as u64).sum::<u64>()
-            + s.header_bytes.len() as u64;
+        let copied: u64 =
+            s.placements.iter().map(|p| p.len as u64).sum::<u64>() + s.header_bytes.len() as u64;
         let report = LoadReport {
             format: s.header.format(),
             mode_requested: options.mode,
@@ -886,7 +909,10 @@ impl WeightsHeader {
             return Err(Error::NotAFile { path: path.into() });
         }
         let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
-        let len = file.metadata().map_err(|e| Error::io("stat", path, e))?.len();
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io("stat", path, e))?
+            .len();
         if len == 0 {
             return Err(Error::EmptyFile { path: path.into() });
         }
@@ -912,5 +938,24 @@ impl WeightsHeader {
             let a = self.header.required_alignment(t, buffer_alignment);
             (t.file_offset % a as u64 != 0).then_some((t, a))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_mmap_on_the_platform_is_a_fallback_reason() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/tiny-llama.gguf");
+        // SAFETY: the fixture is not modified.
+        let r = unsafe { map_path_on(&path, &LoadOptions::default(), false) };
+        assert!(matches!(
+            r,
+            Err(MapFail::Fallback(FallbackReason::Unsupported))
+        ));
+        // SAFETY: as above.
+        let r = unsafe { map_path_on(&path, &LoadOptions::default(), true) };
+        assert!(r.is_ok());
     }
 }

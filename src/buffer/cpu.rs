@@ -106,7 +106,11 @@ impl CpuBuffer {
                 usage: BufferUsage::Any,
             });
         }
-        let slack = if alignment > page_size() { alignment } else { 0 };
+        let slack = if alignment > page_size() {
+            alignment
+        } else {
+            0
+        };
         let total = size.checked_add(slack).ok_or_else(|| Error::Alloc {
             size,
             source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),

@@ -281,7 +281,11 @@ impl<'a> Array<'a> {
         let this = *self;
         let mut strings = StrIter {
             bytes: self.bytes,
-            left: if self.elem == ValueType::String { self.len } else { 0 },
+            left: if self.elem == ValueType::String {
+                self.len
+            } else {
+                0
+            },
         };
         let mut i = 0u64;
         std::iter::from_fn(move || {
@@ -508,7 +512,10 @@ impl<'a> Metadata<'a> {
             .sorted
             .binary_search_by(|&i| {
                 let e = &self.kvs[i as usize];
-                self.bytes.get(e.key.clone()).unwrap_or(&[]).cmp(key.as_bytes())
+                self.bytes
+                    .get(e.key.clone())
+                    .unwrap_or(&[])
+                    .cmp(key.as_bytes())
             })
             .ok()?;
         self.value_of(&self.kvs[self.sorted[k] as usize])

@@ -71,7 +71,9 @@ impl GgufHeader {
     /// # Errors
     /// Any header problem; a read past `file_len` is [`Error::Truncated`].
     pub fn parse_prefix(prefix: &[u8], file_len: u64) -> Result<Parse> {
-        let prefix = &prefix[..prefix.len().min(usize::try_from(file_len).unwrap_or(usize::MAX))];
+        let prefix = &prefix[..prefix
+            .len()
+            .min(usize::try_from(file_len).unwrap_or(usize::MAX))];
         let mut cur = Cursor {
             b: prefix,
             pos: 0,
@@ -278,7 +280,10 @@ fn parse_inner(cur: &mut Cursor<'_>) -> PResult<GgufHeader> {
     }
 
     let mut alignment = DEFAULT_ALIGNMENT;
-    if let Some(e) = kvs.iter().find(|e| &cur.b[e.key.clone()] == ALIGNMENT_KEY.as_bytes()) {
+    if let Some(e) = kvs
+        .iter()
+        .find(|e| &cur.b[e.key.clone()] == ALIGNMENT_KEY.as_bytes())
+    {
         if e.vtype != ValueType::U32 {
             return Err(Error::AlignmentType {
                 found: e.vtype.name(),
@@ -436,10 +441,9 @@ fn parse_kv(cur: &mut Cursor<'_>, i: u64) -> PResult<KvEntry> {
             };
             let start = cur.pos;
             if let Some(size) = elem.fixed_size() {
-                let nbytes = count
-                    .checked_mul(size)
-                    .filter(|&n| n <= remaining)
-                    .ok_or_else(too_large)?;
+                // A byte size that overflows is a bad count; one that merely
+                // runs past the end is a truncated file (take reports it).
+                let nbytes = count.checked_mul(size).ok_or_else(too_large)?;
                 cur.take(nbytes, || format!("array value of key '{key}'"))?;
             } else {
                 // Strings: each at least its 8-byte length.

@@ -178,7 +178,14 @@ impl Writer {
         self.push(name, ty, dims, nbytes, None)
     }
 
-    fn push(&mut self, name: &str, ty: TensorType, dims: &[u64], nbytes: u64, data: Option<Vec<u8>>) -> &mut Self {
+    fn push(
+        &mut self,
+        name: &str,
+        ty: TensorType,
+        dims: &[u64],
+        nbytes: u64,
+        data: Option<Vec<u8>>,
+    ) -> &mut Self {
         assert!(ty.ggml_id().is_some(), "{ty} has no ggml id");
         self.tensors.push(PendingTensor {
             name: name.to_owned(),
@@ -236,7 +243,11 @@ impl Writer {
     ///
     /// # Errors
     /// Whatever `out` returns.
-    pub fn write_with<W: Write>(&self, mut out: W, mut fill: impl FnMut(usize, &mut [u8])) -> io::Result<()> {
+    pub fn write_with<W: Write>(
+        &self,
+        mut out: W,
+        mut fill: impl FnMut(usize, &mut [u8]),
+    ) -> io::Result<()> {
         let (header, offsets) = self.header_bytes();
         out.write_all(&header)?;
         let mut pos = 0u64;

@@ -1,0 +1,600 @@
+//! The loader: byte-identical tensors in both modes, every fallback cause,
+//! the mapping's lifetime, typed views and the read-only rule.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use weightmap::buffer::{Buffer, BufferType, CpuBufferType, SimDeviceBufferType};
+use weightmap::gguf::write::Writer;
+use weightmap::{
+    Error, FallbackReason, Format, LoadMode, LoadOptions, Prefetch, TensorType, Weights,
+};
+
+fn testdata(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata")
+        .join(name)
+}
+
+/// Deterministic, non-constant bytes.
+fn pattern(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A file with one tensor of every ggml type, two rows of two blocks each.
+fn every_type_file(dir: &Path, alignment: u64) -> PathBuf {
+    let mut w = Writer::new(alignment);
+    w.kv_str("general.architecture", "test");
+    for (i, ty) in TensorType::ALL.iter().enumerate() {
+        if ty.ggml_id().is_none() {
+            continue;
+        }
+        let ne0 = ty.block_size() * 2;
+        let n = ty.bytes_for(ne0 * 2).unwrap() as usize;
+        w.tensor(
+            &format!("t.{}", ty.name()),
+            *ty,
+            &[ne0, 2],
+            pattern(n, i as u64),
+        );
+    }
+    let path = dir.join(format!("every-type-a{alignment}.gguf"));
+    std::fs::write(&path, w.to_bytes().unwrap()).unwrap();
+    path
+}
+
+fn load(path: &Path, opts: &LoadOptions) -> weightmap::Result<Weights> {
+    // SAFETY: test files are not modified while loaded (except by the tests
+    // that do so on purpose, through the hook, before any tensor is handed out).
+    unsafe { Weights::load(path, opts) }
+}
+
+fn all_bytes(w: &Weights) -> Vec<(String, Vec<u8>)> {
+    w.tensors()
+        .map(|t| (t.name().to_owned(), t.to_vec().unwrap()))
+        .collect()
+}
+
+/// The tensor bytes straight from the file, by descriptor.
+fn file_bytes(path: &Path, w: &Weights) -> Vec<(String, Vec<u8>)> {
+    let raw = std::fs::read(path).unwrap();
+    w.tensor_infos()
+        .iter()
+        .map(|t| {
+            (
+                t.name.clone(),
+                raw[t.file_range().start as usize..t.file_range().end as usize].to_vec(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn every_ggml_type_is_byte_identical_in_both_modes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = every_type_file(dir.path(), 32);
+    let m = load(&path, &LoadOptions::default()).unwrap();
+    let s = Weights::load_streamed(&path, &LoadOptions::default()).unwrap();
+    assert_eq!(m.report().mode_used, LoadMode::Mmap);
+    assert_eq!(m.report().fallback, None);
+    assert_eq!(s.report().mode_used, LoadMode::Stream);
+    assert_eq!(m.len(), 35);
+    assert_eq!(all_bytes(&m), all_bytes(&s));
+    assert_eq!(all_bytes(&m), file_bytes(&path, &m));
+    // The mapped path copies nothing; the stream path copies every tensor byte.
+    let tensor_bytes: u64 = m.tensor_infos().iter().map(|t| t.nbytes).sum();
+    assert_eq!(m.report().bytes_copied, 0);
+    assert!(m.report().bytes_mapped >= tensor_bytes);
+    assert!(s.report().bytes_copied >= tensor_bytes);
+    // Mapped tensors point into the mapping, at their file offsets.
+    let mw = m.mapped().unwrap();
+    let base = mw.file_bytes().as_ptr() as usize;
+    for t in m.tensors() {
+        let addr = t.host_bytes().unwrap().as_ptr() as usize;
+        assert_eq!(addr - base, t.info().file_offset as usize, "{}", t.name());
+        assert_eq!(addr % 32, 0);
+    }
+    assert!(!m.buffer().owns_memory());
+    assert!(s.buffer().owns_memory());
+}
+
+#[test]
+fn python_fixtures_are_byte_identical_in_both_modes() {
+    for name in [
+        "tiny-llama.gguf",
+        "quant-types.gguf",
+        "empty.gguf",
+        "tiny.safetensors",
+        "odd-offsets.safetensors",
+        "bf16.safetensors",
+    ] {
+        let path = testdata(name);
+        let m = load(&path, &LoadOptions::default()).unwrap();
+        let s = Weights::load_streamed(&path, &LoadOptions::default()).unwrap();
+        assert_eq!(
+            m.report().mode_used,
+            LoadMode::Mmap,
+            "{name}: {:?}",
+            m.report().fallback
+        );
+        assert_eq!(all_bytes(&m), all_bytes(&s), "{name}");
+        assert_eq!(all_bytes(&m), file_bytes(&path, &m), "{name}");
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(testdata(&format!("{name}.json"))).unwrap())
+                .unwrap();
+        assert_eq!(
+            manifest["tensors"].as_array().unwrap().len(),
+            m.len(),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn safetensors_at_odd_offsets_load_zero_copy() {
+    // The reference writer starts data at 400 here: 8-aligned, not 32.
+    let path = testdata("odd-offsets.safetensors");
+    let m = load(&path, &LoadOptions::default()).unwrap();
+    assert_eq!(m.format(), Format::Safetensors);
+    assert_eq!(m.report().mode_used, LoadMode::Mmap);
+    assert!(m
+        .tensor_infos()
+        .iter()
+        .any(|t| t.file_offset % 32 != 0 && t.nbytes > 0));
+}
+
+#[test]
+fn weak_alignment_falls_back_naming_the_first_misaligned_tensor() {
+    // GGUF allows general.alignment = 8; the CPU buffer type wants 32.
+    let path = testdata("align8.gguf");
+    let m = load(&path, &LoadOptions::default()).unwrap();
+    assert_eq!(m.report().mode_requested, LoadMode::Mmap);
+    assert_eq!(m.report().mode_used, LoadMode::Stream);
+    match &m.report().fallback {
+        Some(FallbackReason::Misaligned {
+            tensor,
+            alignment,
+            file_offset,
+            ..
+        }) => {
+            assert_eq!(tensor, "b.f16x5");
+            assert_eq!(*alignment, 32);
+            assert_eq!(*file_offset, 496);
+        }
+        other => panic!("expected misaligned, got {other:?}"),
+    }
+    let s = Weights::load_streamed(&path, &LoadOptions::default()).unwrap();
+    assert_eq!(all_bytes(&m), all_bytes(&s));
+    assert_eq!(all_bytes(&m), file_bytes(&path, &m));
+    // Streamed tensors sit at the buffer type's alignment.
+    for t in s.tensors() {
+        assert_eq!(t.host_bytes().unwrap().as_ptr() as usize % 32, 0);
+    }
+    // With an 8-byte buffer type the same file maps.
+    let opts = LoadOptions {
+        buffer_type: Arc::new(CpuBufferType::with_alignment(8).unwrap()),
+        ..Default::default()
+    };
+    let m8 = load(&path, &opts).unwrap();
+    assert_eq!(m8.report().mode_used, LoadMode::Mmap);
+    assert_eq!(all_bytes(&m8), all_bytes(&s));
+}
+
+#[test]
+fn every_type_at_alignment_8_is_identical_after_fallback() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = every_type_file(dir.path(), 8);
+    let m = load(&path, &LoadOptions::default()).unwrap();
+    assert_eq!(
+        m.report().fallback.as_ref().map(|r| r.kind()),
+        Some("misaligned")
+    );
+    assert_eq!(all_bytes(&m), file_bytes(&path, &m));
+}
+
+#[test]
+fn fallback_off_returns_the_reason() {
+    let opts = LoadOptions {
+        fallback: false,
+        ..Default::default()
+    };
+    match load(&testdata("align8.gguf"), &opts) {
+        Err(Error::MmapFailed {
+            reason: FallbackReason::Misaligned { tensor, .. },
+        }) => assert_eq!(tensor, "b.f16x5"),
+        other => panic!("expected MmapFailed, got {other:?}"),
+    }
+}
+
+#[test]
+fn non_host_buffer_type_streams_through_set() {
+    let path = testdata("tiny-llama.gguf");
+    let dev = SimDeviceBufferType::new(256, 1 << 20).unwrap();
+    let opts = LoadOptions {
+        buffer_type: Arc::new(dev),
+        staging_bytes: 64, // force several set() calls per tensor
+        ..Default::default()
+    };
+    let w = load(&path, &opts).unwrap();
+    assert_eq!(w.report().mode_used, LoadMode::Stream);
+    assert_eq!(
+        w.report().fallback,
+        Some(FallbackReason::NotHostBuffer {
+            buffer_type: "SimDevice".into()
+        })
+    );
+    assert!(!w.buffer().is_host());
+    let first = w.tensor_at(0).unwrap();
+    assert!(first.host_bytes().is_none());
+    assert!(matches!(first.view::<f32>(), Err(Error::NotHost { .. })));
+    for t in w.tensors() {
+        assert_eq!(t.placement().offset % 256, 0);
+    }
+    assert_eq!(all_bytes(&w), file_bytes(&path, &w));
+}
+
+#[test]
+fn device_buffer_too_small_is_an_error() {
+    let dev = SimDeviceBufferType::new(32, 100).unwrap();
+    let opts = LoadOptions {
+        buffer_type: Arc::new(dev),
+        ..Default::default()
+    };
+    assert!(matches!(
+        load(&testdata("tiny-llama.gguf"), &opts),
+        Err(Error::BufferTooLarge { .. })
+    ));
+}
+
+#[test]
+fn missing_file_falls_back_then_fails_with_the_io_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nope.gguf");
+    assert!(matches!(
+        load(&path, &LoadOptions::default()),
+        Err(Error::Io { op: "stat", .. })
+    ));
+    let opts = LoadOptions {
+        fallback: false,
+        ..Default::default()
+    };
+    assert!(matches!(
+        load(&path, &opts),
+        Err(Error::MmapFailed {
+            reason: FallbackReason::Open { .. }
+        })
+    ));
+}
+
+#[test]
+fn empty_file_is_refused_before_mapping() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.gguf");
+    std::fs::write(&path, b"").unwrap();
+    assert!(matches!(
+        load(&path, &LoadOptions::default()),
+        Err(Error::EmptyFile { .. })
+    ));
+    let opts = LoadOptions {
+        fallback: false,
+        ..Default::default()
+    };
+    assert!(matches!(
+        load(&path, &opts),
+        Err(Error::MmapFailed {
+            reason: FallbackReason::EmptyFile
+        })
+    ));
+}
+
+#[test]
+fn directory_is_not_a_file_in_either_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(matches!(
+        load(dir.path(), &LoadOptions::default()),
+        Err(Error::NotAFile { .. })
+    ));
+    assert!(matches!(
+        Weights::load_streamed(dir.path(), &LoadOptions::default()),
+        Err(Error::NotAFile { .. })
+    ));
+    let opts = LoadOptions {
+        fallback: false,
+        ..Default::default()
+    };
+    assert!(matches!(
+        load(dir.path(), &opts),
+        Err(Error::MmapFailed {
+            reason: FallbackReason::NotRegularFile
+        })
+    ));
+}
+
+#[cfg(unix)]
+#[test]
+fn fifo_is_refused_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fifo");
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: `c` is a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    // Opening a FIFO for reading would block until a writer appears; the
+    // loader must refuse it before opening.
+    assert!(matches!(
+        load(&path, &LoadOptions::default()),
+        Err(Error::NotAFile { .. })
+    ));
+}
+
+/// A file the kernel reports as regular with a nonzero size, but whose
+/// filesystem refuses mmap: sysfs attributes.
+#[cfg(target_os = "linux")]
+#[test]
+fn filesystem_refusing_mmap_falls_back() {
+    let candidates = [
+        "/sys/kernel/mm/transparent_hugepage/enabled",
+        "/sys/kernel/profiling",
+        "/sys/power/state",
+        "/sys/kernel/uevent_seqnum",
+    ];
+    let Some(path) = candidates
+        .iter()
+        .map(Path::new)
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.len() > 0))
+    else {
+        eprintln!("no sysfs attribute found; skipping");
+        return;
+    };
+    let opts = LoadOptions {
+        fallback: false,
+        ..Default::default()
+    };
+    match load(path, &opts) {
+        Err(Error::MmapFailed {
+            reason: FallbackReason::Map { .. },
+        }) => {}
+        other => panic!(
+            "expected a map failure on {}, got {other:?}",
+            path.display()
+        ),
+    }
+    // With fallback the stream path reads it and finds it is not a model.
+    match load(path, &LoadOptions::default()) {
+        Err(e) => assert!(
+            matches!(
+                e,
+                Error::UnknownFormat
+                    | Error::BadMagic { .. }
+                    | Error::Truncated { .. }
+                    | Error::Io { .. }
+            ),
+            "{e:?}"
+        ),
+        Ok(_) => panic!("a sysfs attribute loaded as a model"),
+    }
+}
+
+/// A valid file, then the same file with its last tensor one byte short.
+fn short_file(dir: &Path) -> PathBuf {
+    let mut w = Writer::new(32);
+    w.tensor("a", TensorType::F32, &[8], pattern(32, 1));
+    w.tensor("b", TensorType::F32, &[9], pattern(36, 2));
+    let mut bytes = w.to_bytes().unwrap();
+    let file = weightmap::gguf::Gguf::parse(&bytes).unwrap();
+    let end = file.tensors()[1].file_range().end as usize;
+    bytes.truncate(end - 1);
+    let path = dir.join("short.gguf");
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+#[test]
+fn corruption_gives_the_same_error_in_both_modes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = short_file(dir.path());
+    let mapped = load(&path, &LoadOptions::default()).unwrap_err();
+    let streamed = Weights::load_streamed(&path, &LoadOptions::default()).unwrap_err();
+    assert!(matches!(mapped, Error::TensorOutOfBounds { ref tensor, .. } if tensor == "b"));
+    assert_eq!(mapped.to_string(), streamed.to_string());
+    // Without fallback the mapped path names the reason.
+    let opts = LoadOptions {
+        fallback: false,
+        ..Default::default()
+    };
+    assert!(matches!(
+        load(&path, &opts),
+        Err(Error::MmapFailed {
+            reason: FallbackReason::OutOfBounds { ref tensor, .. }
+        }) if tensor == "b"
+    ));
+
+    // A header error: bad magic.
+    let bad = dir.path().join("bad.gguf");
+    let mut bytes = std::fs::read(testdata("tiny-llama.gguf")).unwrap();
+    bytes[0] = b'X';
+    std::fs::write(&bad, &bytes).unwrap();
+    let mapped = load(&bad, &LoadOptions::default()).unwrap_err();
+    let streamed = Weights::load_streamed(&bad, &LoadOptions::default()).unwrap_err();
+    assert_eq!(mapped.kind(), streamed.kind());
+    assert_eq!(mapped.to_string(), streamed.to_string());
+    assert!(matches!(
+        load(&bad, &opts),
+        Err(Error::MmapFailed {
+            reason: FallbackReason::InvalidFile {
+                kind: "unknown_format",
+                ..
+            }
+        })
+    ));
+}
+
+fn truncate_to_half(path: &Path) {
+    let len = std::fs::metadata(path).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.set_len(len / 2).unwrap();
+}
+
+#[test]
+fn file_truncated_after_mapping_is_noticed_before_placing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.gguf");
+    std::fs::copy(testdata("tiny-llama.gguf"), &path).unwrap();
+    let opts = LoadOptions {
+        before_place_hook: Some(truncate_to_half),
+        ..Default::default()
+    };
+    // The mapped path notices the new length and falls back; the stream path
+    // then finds the file truncated.
+    let err = load(&path, &opts).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Truncated { .. } | Error::TensorOutOfBounds { .. }
+        ),
+        "{err:?}"
+    );
+    std::fs::copy(testdata("tiny-llama.gguf"), &path).unwrap();
+    let opts = LoadOptions {
+        fallback: false,
+        ..opts
+    };
+    match load(&path, &opts) {
+        Err(Error::MmapFailed {
+            reason: FallbackReason::FileChanged { expected, found },
+        }) => assert_eq!(found, expected / 2),
+        other => panic!("expected file_changed, got {other:?}"),
+    }
+}
+
+#[test]
+fn non_owning_buffer_keeps_its_mapping_alive() {
+    let path = testdata("tiny-llama.gguf");
+    let w = load(&path, &LoadOptions::default()).unwrap();
+    let expected = w.tensor("token_embd.weight").unwrap().to_vec().unwrap();
+    let info = w.tensor("token_embd.weight").unwrap().info().clone();
+    let placement = w.tensor("token_embd.weight").unwrap().placement();
+    let buffer = w.mapped().unwrap().buffer().clone();
+    let weak = Arc::downgrade(buffer.mapping());
+    assert!(Arc::strong_count(buffer.mapping()) >= 2);
+    drop(w);
+    // Every other handle is gone; the buffer alone keeps the mapping.
+    assert_eq!(weak.strong_count(), 1);
+    let mut out = vec![0u8; placement.len];
+    buffer.get(placement.offset, &mut out).unwrap();
+    assert_eq!(out, expected);
+    assert_eq!(
+        buffer.bytes()[placement.offset..placement.offset + placement.len],
+        expected[..]
+    );
+    assert_eq!(info.nbytes as usize, out.len());
+    drop(buffer);
+    assert!(weak.upgrade().is_none(), "mapping outlived its last holder");
+}
+
+#[test]
+fn mapped_weights_are_read_only_and_copies_are_writable() {
+    let path = testdata("tiny-llama.gguf");
+    let w = load(&path, &LoadOptions::default()).unwrap();
+    let mut buf = w.mapped().unwrap().buffer().clone();
+    assert!(matches!(buf.set(0, &[1]), Err(Error::ReadOnly { .. })));
+    assert!(matches!(buf.memset(0, 1, 0), Err(Error::ReadOnly { .. })));
+    assert!(matches!(buf.clear(0), Err(Error::ReadOnly { .. })));
+    assert!(buf.host_bytes_mut().is_none());
+    let t = w.tensor("token_embd.weight").unwrap();
+    let before = t.view::<f32>().unwrap().to_vec();
+    let mut owned = t.to_owned_tensor().unwrap();
+    for x in owned.view_mut::<f32>().unwrap() {
+        *x *= 2.0;
+    }
+    assert_eq!(
+        t.view::<f32>().unwrap(),
+        &before[..],
+        "the mapped weight changed"
+    );
+    assert_eq!(owned.view::<f32>().unwrap()[1], before[1] * 2.0);
+}
+
+#[test]
+fn metadata_and_lookup_work_in_both_modes() {
+    let path = testdata("tiny-llama.gguf");
+    for w in [
+        load(&path, &LoadOptions::default()).unwrap(),
+        Weights::load_streamed(&path, &LoadOptions::default()).unwrap(),
+    ] {
+        let md = w.gguf_metadata().unwrap();
+        assert_eq!(md.get_str("general.architecture").unwrap(), "llama");
+        assert_eq!(md.get_u32("llama.block_count").unwrap(), 1);
+        let tokens = md.get_array("tokenizer.ggml.tokens").unwrap();
+        assert_eq!(tokens.strings().unwrap().count() as u64, tokens.len());
+        assert!(matches!(
+            w.tensor("nope"),
+            Err(Error::TensorNotFound { .. })
+        ));
+        let names: Vec<&str> = w.tensors().map(|t| t.name()).collect();
+        let infos: Vec<&str> = w.tensor_infos().iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, infos);
+        assert!(w.safetensors_metadata().is_none());
+    }
+    let st = load(&testdata("tiny.safetensors"), &LoadOptions::default()).unwrap();
+    assert_eq!(
+        st.safetensors_metadata()
+            .unwrap()
+            .get("format")
+            .map(String::as_str),
+        Some("pt")
+    );
+    assert!(st.gguf_metadata().is_none());
+}
+
+#[test]
+fn prefetch_advice_and_lock_options_keep_bytes_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = every_type_file(dir.path(), 32);
+    let plain = all_bytes(&load(&path, &LoadOptions::default()).unwrap());
+    for (prefetch, advice) in [
+        (Prefetch::WillNeed, weightmap::AccessAdvice::Sequential),
+        (Prefetch::Populate, weightmap::AccessAdvice::Normal),
+    ] {
+        let opts = LoadOptions {
+            prefetch,
+            advice,
+            ..Default::default()
+        };
+        let w = load(&path, &opts).unwrap();
+        assert_eq!(w.report().mode_used, LoadMode::Mmap);
+        assert_eq!(all_bytes(&w), plain);
+    }
+    // mlock: either it works, or the error names RLIMIT_MEMLOCK.
+    let opts = LoadOptions {
+        mlock: true,
+        ..Default::default()
+    };
+    match load(&path, &opts) {
+        Ok(w) => assert_eq!(all_bytes(&w), plain),
+        Err(e @ Error::Mlock { .. }) => assert!(e.to_string().contains("RLIMIT_MEMLOCK")),
+        Err(e) => panic!("unexpected {e:?}"),
+    }
+}
+
+#[test]
+fn page_aligned_buffer_type_streams_at_4096() {
+    let path = testdata("tiny-llama.gguf");
+    let opts = LoadOptions {
+        buffer_type: Arc::new(CpuBufferType::with_alignment(4096).unwrap()),
+        ..Default::default()
+    };
+    let s = Weights::load_streamed(&path, &opts).unwrap();
+    for t in s.tensors() {
+        assert_eq!(t.host_bytes().unwrap().as_ptr() as usize % 4096, 0);
+    }
+    assert_eq!(all_bytes(&s), file_bytes(&path, &s));
+    assert_eq!(CpuBufferType::with_alignment(4096).unwrap().name(), "CPU");
+}
