@@ -532,7 +532,7 @@ fn stream_path(path: &Path, opts: &LoadOptions) -> Result<StreamedWeights> {
             max: bt.max_size(),
         });
     }
-    let mut buffer = bt.alloc_buffer(total)?;
+    let mut buffer = bt.alloc_buffer_to_fill(total)?;
     buffer.set_usage(BufferUsage::Weights);
     // Re-check each placement against the buffer actually allocated.
     for (t, p) in header.tensors().iter().zip(&placements) {

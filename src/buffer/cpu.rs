@@ -55,7 +55,7 @@ impl CpuBufferType {
     /// # Errors
     /// [`Error::Alloc`] if the memory cannot be had.
     pub fn alloc(&self, size: usize) -> Result<CpuBuffer> {
-        CpuBuffer::new(size, self.alignment)
+        CpuBuffer::new(size, self.alignment, false)
     }
 }
 
@@ -78,6 +78,9 @@ impl BufferType for CpuBufferType {
     fn alloc_buffer(&self, size: usize) -> Result<Box<dyn Buffer>> {
         Ok(Box::new(self.alloc(size)?))
     }
+    fn alloc_buffer_to_fill(&self, size: usize) -> Result<Box<dyn Buffer>> {
+        Ok(Box::new(CpuBuffer::new(size, self.alignment, true)?))
+    }
 }
 
 /// An owned, aligned, zero-initialised host buffer.
@@ -95,7 +98,7 @@ pub struct CpuBuffer {
 }
 
 impl CpuBuffer {
-    fn new(size: usize, alignment: usize) -> Result<CpuBuffer> {
+    fn new(size: usize, alignment: usize, prefault: bool) -> Result<CpuBuffer> {
         let alignment = check_alignment(alignment)?;
         if size == 0 {
             return Ok(CpuBuffer {
@@ -115,7 +118,16 @@ impl CpuBuffer {
             size,
             source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
         })?;
-        let mem = MmapMut::map_anon(total).map_err(|source| Error::Alloc { size, source })?;
+        let mut opts = memmap2::MmapOptions::new();
+        opts.len(total);
+        if prefault {
+            // One kernel call maps and zeroes every page, instead of one
+            // fault per 4 KiB page as the buffer is first written.
+            opts.populate();
+        }
+        let mem = opts
+            .map_anon()
+            .map_err(|source| Error::Alloc { size, source })?;
         let addr = mem.as_ptr() as usize;
         let start = addr.next_multiple_of(alignment) - addr;
         Ok(CpuBuffer {

@@ -71,6 +71,16 @@ pub trait BufferType: Send + Sync + fmt::Debug {
     /// [`Error::BufferTooLarge`] past [`BufferType::max_size`], or [`Error::Alloc`].
     fn alloc_buffer(&self, size: usize) -> Result<Box<dyn Buffer>>;
 
+    /// Allocate a buffer the caller is about to fill completely (weights
+    /// being loaded). A type may prefault its pages here, since every one
+    /// will be written at once; by default this is [`BufferType::alloc_buffer`].
+    ///
+    /// # Errors
+    /// As [`BufferType::alloc_buffer`].
+    fn alloc_buffer_to_fill(&self, size: usize) -> Result<Box<dyn Buffer>> {
+        self.alloc_buffer(size)
+    }
+
     /// Bytes a tensor needs in this type's buffers (by default its size).
     fn alloc_size(&self, tensor: &TensorInfo) -> usize {
         usize::try_from(tensor.nbytes).unwrap_or(usize::MAX)
