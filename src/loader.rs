@@ -407,7 +407,7 @@ unsafe fn map_path_on(
             .into());
         }
         let end = t.file_offset.checked_add(t.nbytes);
-        if end.is_none_or(|e| e > map.len() as u64) {
+        if end.map_or(true, |e| e > map.len() as u64) {
             return Err(FallbackReason::OutOfBounds {
                 tensor: t.name.clone(),
                 end: end.unwrap_or(u64::MAX),

@@ -450,7 +450,22 @@ fn parse_kv(cur: &mut Cursor<'_>, i: u64) -> PResult<KvEntry> {
                 if count > remaining / 8 {
                     return Err(too_large().into());
                 }
-                for j in 0..count {
+                // Fast walk over the lengths while they and their strings
+                // lie inside the bytes at hand (the hot loop of a 262,144-token
+                // vocabulary); the checked reads below take over at the first
+                // string that does not, to report NeedMore or Truncated.
+                let (b, mut pos, mut done) = (cur.b, cur.pos, 0u64);
+                while done < count {
+                    let Some(len) = b.get(pos..pos + 8) else { break };
+                    let len = u64::from_le_bytes(len.try_into().unwrap_or([0xFF; 8]));
+                    match (pos as u64 + 8).checked_add(len) {
+                        Some(end) if end <= b.len() as u64 => pos = end as usize,
+                        _ => break,
+                    }
+                    done += 1;
+                }
+                cur.pos = pos;
+                for j in done..count {
                     let len = cur.u64(|| format!("length of string {j} of array '{key}'"))?;
                     cur.take(len, || format!("string {j} of array '{key}'"))?;
                 }

@@ -1,0 +1,522 @@
+//! Test helpers: a raw GGUF byte builder that can write any bytes, valid or not.
+//!
+//! Two layers:
+//!
+//! * [`RawGguf`] appends little-endian fields one by one. Nothing is checked
+//!   and nothing is derived: counts, lengths, type ids, dims and offsets are
+//!   whatever the test passes, so it can express every malformed file
+//!   (wrong counts, unknown type ids, lengths past the end, truncation at any
+//!   byte with [`RawGguf::truncated`]).
+//! * [`GgufSpec`] describes a *valid* file (keys, tensors, alignment) and
+//!   [`GgufSpec::build`] lays it out the way ggml does: key/values, tensor
+//!   descriptors, zero padding to the alignment, then each tensor's bytes at
+//!   its aligned offset. Every field is public and can be overridden
+//!   (`Tensor::offset`, `Tensor::n_dims`, `GgufSpec::tensor_count`, ...), so a
+//!   test starts from a valid file and changes one thing. [`Built`] reports
+//!   where everything landed, for truncation and byte-patching tests.
+//!
+//! Value type ids are in [`vt`]; ggml tensor type ids are plain `u32`s (see
+//! `weightmap::TensorType::ggml_id`) so that invalid ids can be written too.
+//! Used by the GGUF rule, differential and hostile-file suites.
+#![allow(dead_code)]
+
+/// GGUF metadata value type ids, as stored in the file.
+pub mod vt {
+    pub const U8: u32 = 0;
+    pub const I8: u32 = 1;
+    pub const U16: u32 = 2;
+    pub const I16: u32 = 3;
+    pub const U32: u32 = 4;
+    pub const I32: u32 = 5;
+    pub const F32: u32 = 6;
+    pub const BOOL: u32 = 7;
+    pub const STRING: u32 = 8;
+    pub const ARRAY: u32 = 9;
+    pub const U64: u32 = 10;
+    pub const I64: u32 = 11;
+    pub const F64: u32 = 12;
+}
+
+/// A few ggml tensor type ids used by tests.
+pub mod tt {
+    pub const F32: u32 = 0;
+    pub const F16: u32 = 1;
+    pub const Q4_0: u32 = 2;
+    pub const Q8_0: u32 = 8;
+    pub const Q4_K: u32 = 12;
+    pub const I8: u32 = 24;
+    pub const Q2_0: u32 = 42;
+}
+
+/// Raw little-endian GGUF writer. Every method appends exactly the bytes it
+/// names and returns `&mut Self` for chaining.
+///
+/// ```ignore
+/// let mut r = RawGguf::new();
+/// r.header(3, 0, 1).kv_raw(b"k", 13, &[0; 4]); // unknown value type 13
+/// let bytes = r.into_bytes();
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct RawGguf {
+    /// Everything written so far.
+    pub bytes: Vec<u8>,
+}
+
+impl RawGguf {
+    /// An empty buffer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Current length: the offset the next field will be written at.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    // ---- primitives ------------------------------------------------------
+
+    /// Arbitrary bytes.
+    pub fn raw(&mut self, b: &[u8]) -> &mut Self {
+        self.bytes.extend_from_slice(b);
+        self
+    }
+
+    pub fn u8(&mut self, v: u8) -> &mut Self {
+        self.raw(&[v])
+    }
+
+    pub fn u32(&mut self, v: u32) -> &mut Self {
+        self.raw(&v.to_le_bytes())
+    }
+
+    pub fn i32(&mut self, v: i32) -> &mut Self {
+        self.raw(&v.to_le_bytes())
+    }
+
+    pub fn u64(&mut self, v: u64) -> &mut Self {
+        self.raw(&v.to_le_bytes())
+    }
+
+    pub fn i64(&mut self, v: i64) -> &mut Self {
+        self.raw(&v.to_le_bytes())
+    }
+
+    /// A GGUF string: u64 length then the bytes (any bytes, not checked).
+    pub fn string(&mut self, s: &[u8]) -> &mut Self {
+        self.u64(s.len() as u64).raw(s)
+    }
+
+    /// A string whose length field says `claimed_len` whatever `s` holds.
+    pub fn string_with_len(&mut self, claimed_len: u64, s: &[u8]) -> &mut Self {
+        self.u64(claimed_len).raw(s)
+    }
+
+    /// `n` zero bytes.
+    pub fn zeros(&mut self, n: usize) -> &mut Self {
+        self.bytes.resize(self.bytes.len() + n, 0);
+        self
+    }
+
+    /// `n` copies of `byte`.
+    pub fn fill(&mut self, n: usize, byte: u8) -> &mut Self {
+        self.bytes.resize(self.bytes.len() + n, byte);
+        self
+    }
+
+    /// Zero padding up to the next multiple of `align` (no-op if already aligned).
+    pub fn pad_to(&mut self, align: usize) -> &mut Self {
+        let n = (align - self.bytes.len() % align) % align;
+        self.zeros(n)
+    }
+
+    // ---- header fields ---------------------------------------------------
+
+    /// The four magic bytes (normally `b"GGUF"`).
+    pub fn magic(&mut self, m: &[u8; 4]) -> &mut Self {
+        self.raw(m)
+    }
+
+    /// Magic `GGUF`, `version`, then the two counts exactly as given.
+    pub fn header(&mut self, version: u32, n_tensors: u64, n_kv: u64) -> &mut Self {
+        self.magic(b"GGUF").u32(version).u64(n_tensors).u64(n_kv)
+    }
+
+    /// A key/value entry: key string, `type_id` (any u32) and `payload` as is.
+    pub fn kv_raw(&mut self, key: &[u8], type_id: u32, payload: &[u8]) -> &mut Self {
+        self.string(key).u32(type_id).raw(payload)
+    }
+
+    pub fn kv_u8(&mut self, key: &str, v: u8) -> &mut Self {
+        self.kv_raw(key.as_bytes(), vt::U8, &[v])
+    }
+
+    pub fn kv_u32(&mut self, key: &str, v: u32) -> &mut Self {
+        self.kv_raw(key.as_bytes(), vt::U32, &v.to_le_bytes())
+    }
+
+    pub fn kv_i32(&mut self, key: &str, v: i32) -> &mut Self {
+        self.kv_raw(key.as_bytes(), vt::I32, &v.to_le_bytes())
+    }
+
+    pub fn kv_u64(&mut self, key: &str, v: u64) -> &mut Self {
+        self.kv_raw(key.as_bytes(), vt::U64, &v.to_le_bytes())
+    }
+
+    /// A string value (any bytes).
+    pub fn kv_str(&mut self, key: &str, v: &[u8]) -> &mut Self {
+        self.string(key.as_bytes()).u32(vt::STRING).string(v)
+    }
+
+    /// An array header (element type id, count, both as given) followed by
+    /// `payload` as is.
+    pub fn kv_array(&mut self, key: &str, elem_type: u32, count: u64, payload: &[u8]) -> &mut Self {
+        self.string(key.as_bytes())
+            .u32(vt::ARRAY)
+            .u32(elem_type)
+            .u64(count)
+            .raw(payload)
+    }
+
+    /// An array of strings with a correct count.
+    pub fn kv_str_array(&mut self, key: &str, items: &[&[u8]]) -> &mut Self {
+        let mut payload = RawGguf::new();
+        for s in items {
+            payload.string(s);
+        }
+        self.kv_array(key, vt::STRING, items.len() as u64, &payload.bytes)
+    }
+
+    /// A tensor descriptor whose `n_dims` is `dims.len()`.
+    pub fn tensor(&mut self, name: &[u8], dims: &[u64], type_id: u32, offset: u64) -> &mut Self {
+        self.tensor_raw(name, dims.len() as u32, dims, type_id, offset)
+    }
+
+    /// A tensor descriptor with an explicit `n_dims`, independent of how many
+    /// `dims` follow (each written as a raw u64).
+    pub fn tensor_raw(
+        &mut self,
+        name: &[u8],
+        n_dims: u32,
+        dims: &[u64],
+        type_id: u32,
+        offset: u64,
+    ) -> &mut Self {
+        self.string(name).u32(n_dims);
+        for &d in dims {
+            self.u64(d);
+        }
+        self.u32(type_id).u64(offset)
+    }
+
+    // ---- output ----------------------------------------------------------
+
+    /// A copy of the first `len` bytes (truncation at any byte).
+    pub fn truncated(&self, len: usize) -> Vec<u8> {
+        self.bytes[..len].to_vec()
+    }
+
+    /// Overwrite bytes at `at` (patching one field of a built file).
+    pub fn patch(&mut self, at: usize, b: &[u8]) -> &mut Self {
+        self.bytes[at..at + b.len()].copy_from_slice(b);
+        self
+    }
+
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+}
+
+/// Pad `x` up to a multiple of `a` (saturating: layouts of absurd sizes stay absurd).
+pub fn align_up(x: u64, a: u64) -> u64 {
+    x.div_ceil(a).saturating_mul(a)
+}
+
+/// Tensor data larger than this (or placed past it) is laid out but not
+/// written: tests of huge sizes only need the descriptors.
+pub const MAX_WRITTEN_DATA: u64 = 1 << 26;
+
+/// One key/value of a [`GgufSpec`]: key bytes, value type id, payload bytes.
+#[derive(Clone, Debug)]
+pub struct Kv {
+    pub key: Vec<u8>,
+    pub type_id: u32,
+    pub payload: Vec<u8>,
+}
+
+impl Kv {
+    pub fn raw(key: &str, type_id: u32, payload: &[u8]) -> Kv {
+        Kv {
+            key: key.as_bytes().to_vec(),
+            type_id,
+            payload: payload.to_vec(),
+        }
+    }
+    pub fn u8(key: &str, v: u8) -> Kv {
+        Kv::raw(key, vt::U8, &[v])
+    }
+    pub fn u32(key: &str, v: u32) -> Kv {
+        Kv::raw(key, vt::U32, &v.to_le_bytes())
+    }
+    pub fn i32(key: &str, v: i32) -> Kv {
+        Kv::raw(key, vt::I32, &v.to_le_bytes())
+    }
+    pub fn u64(key: &str, v: u64) -> Kv {
+        Kv::raw(key, vt::U64, &v.to_le_bytes())
+    }
+    pub fn f32(key: &str, v: f32) -> Kv {
+        Kv::raw(key, vt::F32, &v.to_le_bytes())
+    }
+    pub fn bool(key: &str, v: u8) -> Kv {
+        Kv::raw(key, vt::BOOL, &[v])
+    }
+    /// A string value of any bytes.
+    pub fn string(key: &str, v: &[u8]) -> Kv {
+        let mut p = RawGguf::new();
+        p.string(v);
+        Kv::raw(key, vt::STRING, &p.bytes)
+    }
+    /// An array of u32 with a correct count.
+    pub fn u32_array(key: &str, v: &[u32]) -> Kv {
+        let mut p = RawGguf::new();
+        p.u32(vt::U32).u64(v.len() as u64);
+        for &x in v {
+            p.u32(x);
+        }
+        Kv::raw(key, vt::ARRAY, &p.bytes)
+    }
+    /// An array of strings with a correct count.
+    pub fn str_array(key: &str, v: &[&str]) -> Kv {
+        let mut p = RawGguf::new();
+        p.u32(vt::STRING).u64(v.len() as u64);
+        for s in v {
+            p.string(s.as_bytes());
+        }
+        Kv::raw(key, vt::ARRAY, &p.bytes)
+    }
+}
+
+/// One tensor of a [`GgufSpec`].
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    pub name: Vec<u8>,
+    /// Written as `n_dims`; `None` means `dims.len()`.
+    pub n_dims: Option<u32>,
+    /// Written as raw u64s, ne[0] first.
+    pub dims: Vec<u64>,
+    /// ggml type id, written as is.
+    pub type_id: u32,
+    /// Data-section offset to write; `None` means the laid-out (aligned) one.
+    pub offset: Option<u64>,
+    /// Bytes of data to lay out and write; `None` means computed from the
+    /// type and dims with weightmap's type table (0 if the type is unknown).
+    pub nbytes: Option<u64>,
+}
+
+impl Tensor {
+    pub fn new(name: &str, type_id: u32, dims: &[u64]) -> Tensor {
+        Tensor {
+            name: name.as_bytes().to_vec(),
+            n_dims: None,
+            dims: dims.to_vec(),
+            type_id,
+            offset: None,
+            nbytes: None,
+        }
+    }
+
+    /// Size from the type table (see [`Tensor::nbytes`]).
+    pub fn size(&self) -> u64 {
+        self.nbytes.unwrap_or_else(|| {
+            let n = self
+                .dims
+                .iter()
+                .try_fold(1u64, |acc, &d| acc.checked_mul(d));
+            n.and_then(|n| weightmap::TensorType::from_ggml_id(self.type_id)?.bytes_for(n))
+                .unwrap_or(0)
+        })
+    }
+}
+
+/// A GGUF file to build. `GgufSpec::new()` is a valid empty v3 file; add
+/// keys and tensors, then [`GgufSpec::build`].
+#[derive(Clone, Debug)]
+pub struct GgufSpec {
+    pub magic: [u8; 4],
+    pub version: u32,
+    /// Tensor count to write; `None` means `tensors.len()`.
+    pub tensor_count: Option<u64>,
+    /// Key/value count to write; `None` means `kvs.len()`.
+    pub kv_count: Option<u64>,
+    pub kvs: Vec<Kv>,
+    pub tensors: Vec<Tensor>,
+    /// Alignment used to lay out offsets and pad the header and data. It is
+    /// NOT written as a key by itself: see [`GgufSpec::alignment_key`].
+    pub layout_alignment: u64,
+}
+
+impl Default for GgufSpec {
+    fn default() -> Self {
+        GgufSpec {
+            magic: *b"GGUF",
+            version: 3,
+            tensor_count: None,
+            kv_count: None,
+            kvs: Vec::new(),
+            tensors: Vec::new(),
+            layout_alignment: 32,
+        }
+    }
+}
+
+/// Where things landed in a built file.
+#[derive(Clone, Debug)]
+pub struct Built {
+    pub bytes: Vec<u8>,
+    /// Offset of each key/value entry (its key-length field).
+    pub kv_at: Vec<usize>,
+    /// Offset of each tensor descriptor (its name-length field).
+    pub tensor_desc_at: Vec<usize>,
+    /// End of the last descriptor (the header proper).
+    pub header_len: usize,
+    /// Start of the data section.
+    pub data_offset: usize,
+    /// Each tensor's data-section offset as written.
+    pub offsets: Vec<u64>,
+    /// Each tensor's size as laid out.
+    pub nbytes: Vec<u64>,
+}
+
+impl Built {
+    /// Absolute end of tensor `i`'s bytes (for tensors that were written).
+    pub fn tensor_end(&self, i: usize) -> usize {
+        self.data_offset + (self.offsets[i] + self.nbytes[i]) as usize
+    }
+
+    /// The first `len` bytes.
+    pub fn truncated(&self, len: usize) -> Vec<u8> {
+        self.bytes[..len].to_vec()
+    }
+}
+
+impl GgufSpec {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn kv(mut self, kv: Kv) -> Self {
+        self.kvs.push(kv);
+        self
+    }
+
+    pub fn tensor(mut self, t: Tensor) -> Self {
+        self.tensors.push(t);
+        self
+    }
+
+    /// Add `general.alignment` = `a` (u32) and lay out with it.
+    pub fn alignment_key(mut self, a: u32) -> Self {
+        self.kvs.push(Kv::u32("general.alignment", a));
+        self.layout_alignment = u64::from(a);
+        self
+    }
+
+    /// Lay the file out. Tensor data is a deterministic pattern that differs
+    /// per tensor ([`pattern`]); header and inter-tensor padding is zero and
+    /// the data section is padded at the end to the alignment, as ggml does.
+    pub fn build(&self) -> Built {
+        let a = self.layout_alignment;
+        let mut r = RawGguf::new();
+        r.magic(&self.magic)
+            .u32(self.version)
+            .u64(self.tensor_count.unwrap_or(self.tensors.len() as u64))
+            .u64(self.kv_count.unwrap_or(self.kvs.len() as u64));
+        let mut kv_at = Vec::new();
+        for kv in &self.kvs {
+            kv_at.push(r.len());
+            r.kv_raw(&kv.key, kv.type_id, &kv.payload);
+        }
+        let mut tensor_desc_at = Vec::new();
+        let mut offsets = Vec::new();
+        let mut nbytes = Vec::new();
+        let mut next = 0u64;
+        for t in &self.tensors {
+            tensor_desc_at.push(r.len());
+            let size = t.size();
+            let off = t.offset.unwrap_or(next);
+            next = align_up(off.saturating_add(size), a);
+            offsets.push(off);
+            nbytes.push(size);
+            r.tensor_raw(
+                &t.name,
+                t.n_dims.unwrap_or(t.dims.len() as u32),
+                &t.dims,
+                t.type_id,
+                off,
+            );
+        }
+        let header_len = r.len();
+        r.pad_to(a as usize);
+        let data_offset = r.len();
+        for (i, (&off, &n)) in offsets.iter().zip(&nbytes).enumerate() {
+            if off.saturating_add(n) > MAX_WRITTEN_DATA {
+                continue;
+            }
+            let (start, end) = (data_offset + off as usize, data_offset + (off + n) as usize);
+            if r.len() < end {
+                r.bytes.resize(end, 0);
+            }
+            r.bytes[start..end].copy_from_slice(&pattern(i, n as usize));
+        }
+        r.pad_to(a as usize);
+        Built {
+            bytes: r.bytes,
+            kv_at,
+            tensor_desc_at,
+            header_len,
+            data_offset,
+            offsets,
+            nbytes,
+        }
+    }
+
+    /// `build().bytes`.
+    pub fn bytes(&self) -> Vec<u8> {
+        self.build().bytes
+    }
+}
+
+/// The bytes [`GgufSpec::build`] writes for tensor `i`: never all zero, and
+/// different for each tensor.
+pub fn pattern(i: usize, n: usize) -> Vec<u8> {
+    (0..n)
+        .map(|j| {
+            (j as u8)
+                .wrapping_mul(31)
+                .wrapping_add(i as u8)
+                .wrapping_add(1)
+                | 1
+        })
+        .collect()
+}
+
+/// A valid file exercising most of the format: five keys of different
+/// types (the first a 200-byte string, so truncations later in the header
+/// leave the counts plausible) and three tensors, default alignment.
+pub fn sample_spec() -> GgufSpec {
+    GgufSpec::new()
+        .kv(Kv::string("general.name", &[b'n'; 200]))
+        .kv(Kv::u32("llama.block_count", 2))
+        .kv(Kv::string("general.architecture", b"llama"))
+        .kv(Kv::u32_array("test.u32_array", &[1, 2, 3, 4]))
+        .kv(Kv::str_array(
+            "tokenizer.ggml.tokens",
+            &["<s>", "hello", "world"],
+        ))
+        .tensor(Tensor::new("token_embd.weight", tt::F32, &[4, 3]))
+        .tensor(Tensor::new("blk.0.attn_q.weight", tt::Q4_0, &[32, 2]))
+        .tensor(Tensor::new("output_norm.weight", tt::F16, &[5]))
+}
