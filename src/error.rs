@@ -200,7 +200,7 @@ pub enum Error {
         /// "element count", "byte size", "padded size", "offset + size".
         what: &'static str,
     },
-    /// ne[0] not a multiple of the type's block size.
+    /// `ne[0]` not a multiple of the type's block size.
     #[error(
         "tensor '{tensor}': ne[0] = {ne0} is not a multiple of {ty}'s block size {block_size}"
     )]
@@ -209,7 +209,7 @@ pub enum Error {
         tensor: String,
         /// Its type.
         ty: TensorType,
-        /// ne[0].
+        /// `ne[0]`.
         ne0: u64,
         /// The type's block size.
         block_size: u64,

@@ -208,7 +208,7 @@ pub(crate) fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Resu
 
 /// First read of a header: large enough for most headers in one go, small
 /// next to any model.
-const FIRST_READ: u64 = 2 << 20;
+const FIRST_READ: u64 = 1 << 20;
 
 /// Read and validate the header of an open file of `file_len` bytes, reading
 /// only as much of the file as the header needs (plus at most one read's
@@ -231,7 +231,17 @@ pub(crate) fn read_header(
         bytes.resize(want_usize, 0);
         read_at(file, &mut bytes[have..], have as u64).map_err(|e| Error::io("read", path, e))?;
         match Header::parse_prefix(&bytes, file_len)? {
-            Progress::Complete(h) => return Ok((h, bytes)),
+            Progress::Complete(h) => {
+                // Keep the header only: the slack of the last read is tensor
+                // data, which the caller reads into place itself.
+                let header_end = match &h {
+                    Header::Gguf(g) => g.header_len(),
+                    Header::Safetensors(s) => s.data_offset(),
+                };
+                bytes.truncate(usize::try_from(header_end).unwrap_or(bytes.len()));
+                bytes.shrink_to_fit();
+                return Ok((h, bytes));
+            }
             Progress::NeedMore(min) => {
                 // Grow geometrically so a huge header costs O(n) reads and
                 // O(n log n) re-parsing at worst; never past the file.

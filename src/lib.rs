@@ -5,10 +5,11 @@
 pub mod buffer;
 pub mod error;
 pub mod format;
+pub mod gen;
 pub mod gguf;
 pub mod loader;
-pub mod safetensors;
 pub mod mmap;
+pub mod safetensors;
 pub mod tensor;
 pub mod types;
 
@@ -21,4 +22,3 @@ pub use loader::{
 pub use mmap::AccessAdvice;
 pub use tensor::TensorInfo;
 pub use types::TensorType;
-

@@ -179,7 +179,12 @@ impl Buffer for CpuBuffer {
         true
     }
     fn base_addr(&self) -> usize {
-        self.bytes().as_ptr() as usize
+        match &self.mem {
+            Some(m) => m.as_ptr() as usize + self.start,
+            // A zero-byte buffer has no memory; like `NonNull::dangling`, its
+            // address is its alignment, so zero-byte placements in it pass.
+            None => self.alignment,
+        }
     }
     fn host_bytes(&self) -> Option<&[u8]> {
         Some(self.bytes())

@@ -456,7 +456,9 @@ fn parse_kv(cur: &mut Cursor<'_>, i: u64) -> PResult<KvEntry> {
                 // string that does not, to report NeedMore or Truncated.
                 let (b, mut pos, mut done) = (cur.b, cur.pos, 0u64);
                 while done < count {
-                    let Some(len) = b.get(pos..pos + 8) else { break };
+                    let Some(len) = b.get(pos..pos + 8) else {
+                        break;
+                    };
                     let len = u64::from_le_bytes(len.try_into().unwrap_or([0xFF; 8]));
                     match (pos as u64 + 8).checked_add(len) {
                         Some(end) if end <= b.len() as u64 => pos = end as usize,

@@ -1,0 +1,159 @@
+//! `weightmap gen OUT [--size BYTES] [--tensors N] [--vocab N] [--types LIST]
+//! [--alignment N] [--format gguf|safetensors] [--seed N]`.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use weightmap::gen::{self, GenSpec};
+use weightmap::TensorType;
+
+use super::{emit, human_bytes, CliResult, FormatArg};
+
+/// Arguments of `gen`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Where to write the model (written to OUT.tmp, then renamed).
+    out: PathBuf,
+    /// Target total tensor bytes: a number, optionally with K, M, G, T
+    /// (binary: KiB, MiB, ...) or KB, MB, GB, TB (decimal). [default: 512M]
+    #[arg(long, value_parser = parse_size)]
+    size: Option<u64>,
+    /// Number of tensors. [default: 300]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    tensors: Option<u64>,
+    /// Vocabulary size. [default: 262144]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=16_777_216))]
+    vocab: Option<u64>,
+    /// Comma-separated tensor types, by ggml name, any case
+    /// (e.g. f32,f16,q8_0,q4_K). [default: f32,f16,q8_0,q4_K,q6_K]
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_type)]
+    types: Option<Vec<TensorType>>,
+    /// GGUF data alignment, a power of two up to 1 MiB; for safetensors the
+    /// data section starts at a multiple of it (or 8). [default: 32]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    alignment: Option<u64>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = FormatArg::Gguf)]
+    format: FormatArg,
+    /// Seed of the tensor bytes and tokens. [default: the built-in seed]
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+pub fn run(a: &Args) -> CliResult {
+    let d = GenSpec::default();
+    let spec = GenSpec {
+        format: a.format.into(),
+        size: a.size.unwrap_or(d.size),
+        tensors: a.tensors.map_or(d.tensors, |n| n as usize),
+        vocab: a.vocab.map_or(d.vocab, |n| n as usize),
+        types: a.types.clone().unwrap_or(d.types),
+        alignment: a.alignment.unwrap_or(d.alignment),
+        seed: a.seed.unwrap_or(d.seed),
+    };
+    let plan = generate_with_progress(&spec, &a.out, "gen")?;
+    emit(&format!(
+        "wrote {}: {}, {} tensors, {} of tensor data, file {}\n",
+        a.out.display(),
+        spec.format.name(),
+        plan.tensors.len(),
+        human_bytes(plan.tensor_bytes),
+        human_bytes(plan.file_size),
+    ))
+}
+
+/// Generate `spec` at `out`, with a progress line on stderr when stderr is
+/// a terminal.
+pub fn generate_with_progress(spec: &GenSpec, out: &Path, label: &str) -> CliResult<gen::Plan> {
+    let plan = gen::plan(spec)?;
+    let tty = std::io::stderr().is_terminal();
+    let mut last_pct = u64::MAX;
+    let mut progress = |done: u64, total: u64| {
+        if !tty {
+            return;
+        }
+        let pct = done.saturating_mul(100).checked_div(total).unwrap_or(100);
+        if pct != last_pct {
+            last_pct = pct;
+            let mib = |b: u64| b as f64 / f64::from(1 << 20);
+            let _ = write!(
+                std::io::stderr(),
+                "\r{label}: {pct:3}%  {:.1} / {:.1} MiB",
+                mib(done),
+                mib(total)
+            );
+        }
+    };
+    let result = gen::generate(spec, out, &mut progress);
+    if tty {
+        let _ = writeln!(std::io::stderr());
+    }
+    result?;
+    Ok(plan)
+}
+
+/// A tensor type by its ggml name, case-insensitively.
+pub fn parse_type(s: &str) -> Result<TensorType, String> {
+    let s = s.trim();
+    TensorType::ALL
+        .iter()
+        .copied()
+        .find(|t| t.name().eq_ignore_ascii_case(s))
+        .ok_or_else(|| {
+            let names: Vec<&str> = TensorType::ALL.iter().map(|t| t.name()).collect();
+            format!("unknown tensor type '{s}' (known: {})", names.join(", "))
+        })
+}
+
+/// A byte count: digits, then optionally K/M/G/T (binary), KiB/MiB/GiB/TiB
+/// (binary) or KB/MB/GB/TB (decimal), any case; `B` alone is bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a byte count (e.g. 4096, 64M, 1GiB)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        u => {
+            return Err(format!(
+                "unknown size unit '{u}' (use K, M, G, T, KiB, MB, ...)"
+            ))
+        }
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("'{s}' is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("2kb"), Ok(2000));
+        assert!(parse_size("").is_err());
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn types() {
+        assert_eq!(parse_type("Q4_k"), Ok(TensorType::Q4_K));
+        assert_eq!(parse_type("F16"), Ok(TensorType::F16));
+        assert!(parse_type("q9").is_err());
+    }
+}

@@ -1,0 +1,221 @@
+//! The `weightmap` command line: argument parsing, dispatch, errors, and the
+//! helpers the subcommands share.
+
+mod baseline;
+mod bench;
+mod gen;
+mod inspect;
+mod json;
+mod load;
+mod proc_status;
+mod validate;
+
+use std::fmt;
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use weightmap::{Format, LoadMode};
+
+/// Map GGUF and safetensors model weights read-only: inspect, validate,
+/// load, benchmark, and generate synthetic models.
+///
+/// Exit status: 0 on success, 1 when the input is invalid or the operation
+/// fails (with one `error: ...` line on stderr), 2 on a usage error.
+#[derive(Debug, Parser)]
+#[command(name = "weightmap", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print a file's header: format, alignment, metadata and tensor table.
+    Inspect(inspect::Args),
+    /// Check a file as the loader does (header, tensor table, bounds), without loading it.
+    Validate(validate::Args),
+    /// Load a file and report what the loader did and the memory it used.
+    #[command(long_about = load::LONG_ABOUT)]
+    Load(load::Args),
+    /// Compare the mapped and stream load paths, each in fresh processes.
+    #[command(long_about = bench::LONG_ABOUT)]
+    Bench(bench::Args),
+    /// Write a deterministic synthetic llama-shaped model.
+    Gen(gen::Args),
+    /// Read a whole file into memory with one read (bench's baseline).
+    #[command(hide = true, name = "read-baseline")]
+    ReadBaseline(baseline::Args),
+}
+
+/// Parse the arguments, run the subcommand, and turn the outcome into an
+/// exit status.
+pub fn main() -> ExitCode {
+    // Usage errors exit 2 from here (clap's default); --help and --version 0.
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Inspect(a) => inspect::run(a),
+        Command::Validate(a) => validate::run(a),
+        Command::Load(a) => load::run(a),
+        Command::Bench(a) => bench::run(a),
+        Command::Gen(a) => gen::run(a),
+        Command::ReadBaseline(a) => baseline::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`weightmap inspect big.gguf | head`): not a failure.
+        Err(CliError::BrokenPipe) => ExitCode::SUCCESS,
+        Err(CliError::Msg(m)) => {
+            let one_line = m.replace(['\n', '\r'], " ");
+            let _ = writeln!(io::stderr(), "error: {one_line}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Why a subcommand failed.
+#[derive(Debug)]
+pub enum CliError {
+    /// Printed as `error: <message>`, exit status 1.
+    Msg(String),
+    /// stdout was closed by its reader.
+    BrokenPipe,
+}
+
+impl CliError {
+    /// An error with this message.
+    pub fn msg(m: impl fmt::Display) -> CliError {
+        CliError::Msg(m.to_string())
+    }
+}
+
+impl From<weightmap::Error> for CliError {
+    fn from(e: weightmap::Error) -> Self {
+        CliError::Msg(e.to_string())
+    }
+}
+
+/// The subcommands' result.
+pub type CliResult<T = ()> = Result<T, CliError>;
+
+/// Write `text` to stdout.
+pub fn emit(text: &str) -> CliResult {
+    let mut out = io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::BrokenPipe => CliError::BrokenPipe,
+            _ => CliError::msg(format!("writing to stdout: {e}")),
+        })
+}
+
+/// `--mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// Map the file and view tensors in place.
+    Mmap,
+    /// Read the tensors into one owned buffer.
+    Stream,
+}
+
+impl From<ModeArg> for LoadMode {
+    fn from(m: ModeArg) -> LoadMode {
+        match m {
+            ModeArg::Mmap => LoadMode::Mmap,
+            ModeArg::Stream => LoadMode::Stream,
+        }
+    }
+}
+
+/// `--format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    /// GGUF v3.
+    Gguf,
+    /// safetensors.
+    Safetensors,
+}
+
+impl From<FormatArg> for Format {
+    fn from(f: FormatArg) -> Format {
+        match f {
+            FormatArg::Gguf => Format::Gguf,
+            FormatArg::Safetensors => Format::Safetensors,
+        }
+    }
+}
+
+/// Format a byte count for people: `536870912 (512.0 MiB)`.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{n} ({v:.1} {})", UNITS[u])
+    }
+}
+
+/// Lay `rows` out in columns: the first `left` columns left-aligned, the
+/// rest right-aligned, two spaces apart, each line indented by `indent`.
+pub fn table(rows: &[Vec<String>], left: usize, indent: &str) -> String {
+    let ncol = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let mut width = vec![0usize; ncol];
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            width[i] = width[i].max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for r in rows {
+        let mut line = String::from(indent);
+        for (i, c) in r.iter().enumerate() {
+            if i > 0 {
+                line.push_str("  ");
+            }
+            let pad = width[i] - c.chars().count();
+            if i < left {
+                line.push_str(c);
+                if i + 1 < r.len() {
+                    line.push_str(&" ".repeat(pad));
+                }
+            } else {
+                line.push_str(&" ".repeat(pad));
+                line.push_str(c);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn table_aligns() {
+        let t = table(
+            &[
+                vec!["a".into(), "1".into()],
+                vec!["long".into(), "100".into()],
+            ],
+            1,
+            "",
+        );
+        assert_eq!(t, "a       1\nlong  100\n");
+    }
+}

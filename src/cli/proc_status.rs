@@ -1,0 +1,68 @@
+//! Memory figures from `/proc/self/status`.
+
+/// The process's memory, in kB as the kernel reports it; `None` where the
+/// line is absent (older kernels, other platforms).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemStatus {
+    /// Resident anonymous memory (`RssAnon`): heap, owned buffers.
+    pub rss_anon_kib: Option<u64>,
+    /// Resident file-backed memory (`RssFile`): mapped page cache, the binary.
+    pub rss_file_kib: Option<u64>,
+    /// Peak resident set size (`VmHWM`).
+    pub vm_hwm_kib: Option<u64>,
+}
+
+impl MemStatus {
+    /// Read `/proc/self/status` now; all `None` if it cannot be read.
+    pub fn read() -> MemStatus {
+        std::fs::read_to_string("/proc/self/status")
+            .map(|s| MemStatus::parse(&s))
+            .unwrap_or_default()
+    }
+
+    /// Parse the text of a `/proc/<pid>/status` file (`Key:   1234 kB` lines).
+    pub fn parse(text: &str) -> MemStatus {
+        let mut m = MemStatus::default();
+        for line in text.lines() {
+            let Some((key, rest)) = line.split_once(':') else {
+                continue;
+            };
+            let slot = match key {
+                "RssAnon" => &mut m.rss_anon_kib,
+                "RssFile" => &mut m.rss_file_kib,
+                "VmHWM" => &mut m.vm_hwm_kib,
+                _ => continue,
+            };
+            *slot = rest.split_whitespace().next().and_then(|v| v.parse().ok());
+        }
+        m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_three_lines() {
+        let text = "Name:\tweightmap\nVmHWM:\t    9000 kB\nVmRSS:\t    8000 kB\n\
+                    RssAnon:\t    1234 kB\nRssFile:\t    5678 kB\nRssShmem:\t       0 kB\n";
+        assert_eq!(
+            MemStatus::parse(text),
+            MemStatus {
+                rss_anon_kib: Some(1234),
+                rss_file_kib: Some(5678),
+                vm_hwm_kib: Some(9000)
+            }
+        );
+        assert_eq!(MemStatus::parse("VmHWM: junk\n"), MemStatus::default());
+    }
+
+    #[test]
+    fn reads_this_process() {
+        if cfg!(target_os = "linux") {
+            let m = MemStatus::read();
+            assert!(m.rss_anon_kib.is_some() && m.vm_hwm_kib.is_some());
+        }
+    }
+}

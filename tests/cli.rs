@@ -1,0 +1,550 @@
+//! The `weightmap` binary, run as a user would: exit codes, stderr, and the
+//! JSON each subcommand prints, on the reference fixtures and on files
+//! generated in a temporary directory.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn testdata(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata")
+        .join(name)
+}
+
+fn manifest(name: &str) -> Value {
+    let text = std::fs::read_to_string(testdata(&format!("{name}.json"))).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weightmap"))
+        .args(args)
+        .output()
+        .expect("running the weightmap binary")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Run, expect exit 0, parse stdout as JSON.
+fn run_json(args: &[&str]) -> Value {
+    let o = run(args);
+    assert_eq!(o.status.code(), Some(0), "{args:?}: stderr {}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {}", stdout(&o)))
+}
+
+/// Expect exit 1 and exactly one line on stderr, starting `error: `.
+fn assert_fails(args: &[&str]) -> String {
+    let o = run(args);
+    assert_eq!(o.status.code(), Some(1), "{args:?}: stdout {}", stdout(&o));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{args:?}: stderr {err:?}");
+    assert!(err.starts_with("error: "), "{args:?}: stderr {err:?}");
+    err
+}
+
+fn keys(v: &Value) -> BTreeSet<&str> {
+    v.as_object().unwrap().keys().map(String::as_str).collect()
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+#[test]
+fn inspect_json_tiny_llama_matches_the_manifest() {
+    let m = manifest("tiny-llama.gguf");
+    let v = run_json(&["inspect", p(&testdata("tiny-llama.gguf")), "--json"]);
+    assert_eq!(
+        keys(&v),
+        BTreeSet::from([
+            "format",
+            "version",
+            "alignment",
+            "data_offset",
+            "file_size",
+            "metadata",
+            "tensors"
+        ])
+    );
+    assert_eq!(v["format"], "gguf");
+    assert_eq!(v["version"], m["version"]);
+    assert_eq!(v["alignment"], m["alignment"]);
+    assert_eq!(v["data_offset"], m["data_start"]);
+    assert_eq!(v["file_size"], m["file_size"]);
+
+    let md = v["metadata"].as_object().unwrap();
+    assert_eq!(md.len() as u64, m["kv_count"].as_u64().unwrap());
+    assert_eq!(md["general.architecture"], "llama");
+    assert_eq!(md["llama.block_count"], 1);
+    assert_eq!(
+        md["weightmap.test.u64"],
+        m["metadata"]["weightmap.test.u64"]["value"]
+    );
+    assert_eq!(
+        md["weightmap.test.i64"],
+        m["metadata"]["weightmap.test.i64"]["value"]
+    );
+    assert_eq!(
+        md["weightmap.test.utf8"],
+        m["metadata"]["weightmap.test.utf8"]["value"]
+    );
+    assert_eq!(
+        md["llama.attention.layer_norm_rms_epsilon"],
+        m["metadata"]["llama.attention.layer_norm_rms_epsilon"]["value"]
+    );
+    assert_eq!(md["weightmap.test.bool_false"], false);
+    assert_eq!(
+        md["tokenizer.ggml.tokens"],
+        serde_json::json!({"type": "array", "elem_type": "string", "len": 300})
+    );
+    assert_eq!(md["tokenizer.ggml.scores"]["elem_type"], "f32");
+
+    let tensors = v["tensors"].as_array().unwrap();
+    let mt = m["tensors"].as_array().unwrap();
+    assert_eq!(tensors.len(), mt.len());
+    for (t, want) in tensors.iter().zip(mt) {
+        assert_eq!(
+            keys(t),
+            BTreeSet::from(["name", "type", "type_id", "shape", "offset", "nbytes"])
+        );
+        assert_eq!(t["name"], want["name"]);
+        assert_eq!(t["type_id"], want["ggml_type_id"]);
+        assert_eq!(
+            t["type"].as_str().unwrap(),
+            want["ggml_type"].as_str().unwrap().to_lowercase()
+        );
+        assert_eq!(t["shape"], want["shape"]);
+        assert_eq!(t["offset"], want["offset"]);
+        assert_eq!(t["nbytes"], want["nbytes"]);
+    }
+}
+
+#[test]
+fn inspect_full_prints_array_elements() {
+    let v = run_json(&[
+        "inspect",
+        p(&testdata("tiny-llama.gguf")),
+        "--json",
+        "--full",
+    ]);
+    let tokens = &v["metadata"]["tokenizer.ggml.tokens"];
+    assert_eq!(tokens["len"], 300);
+    let values = tokens["values"].as_array().unwrap();
+    assert_eq!(values.len(), 300);
+    let m = manifest("tiny-llama.gguf");
+    assert_eq!(
+        tokens["values"],
+        m["metadata"]["tokenizer.ggml.tokens"]["value"]
+    );
+}
+
+#[test]
+fn inspect_safetensors_json() {
+    let m = manifest("tiny.safetensors");
+    let v = run_json(&["inspect", p(&testdata("tiny.safetensors")), "--json"]);
+    assert_eq!(v["format"], "safetensors");
+    assert_eq!(v["version"], Value::Null);
+    assert_eq!(v["alignment"], 1);
+    assert_eq!(v["metadata"], m["metadata"]);
+    let t = v["tensors"].as_array().unwrap();
+    let u8t = t.iter().find(|t| t["name"] == "u8").unwrap();
+    assert_eq!(u8t["type"], "u8");
+    assert_eq!(u8t["type_id"], Value::Null, "u8 has no ggml id");
+}
+
+#[test]
+fn inspect_text_lists_tensors() {
+    let o = run(&["inspect", p(&testdata("tiny-llama.gguf"))]);
+    assert_eq!(o.status.code(), Some(0));
+    let out = stdout(&o);
+    assert!(out.contains("token_embd.weight"), "{out}");
+    assert!(out.contains("general.architecture"), "{out}");
+    assert!(out.contains("\"llama\""), "{out}");
+}
+
+#[test]
+fn validate_good_files() {
+    for f in [
+        "tiny-llama.gguf",
+        "quant-types.gguf",
+        "empty.gguf",
+        "tiny.safetensors",
+        "bf16.safetensors",
+        "odd-offsets.safetensors",
+    ] {
+        let o = run(&["validate", p(&testdata(f))]);
+        assert_eq!(o.status.code(), Some(0), "{f}: {}", stderr(&o));
+        assert!(stdout(&o).starts_with("ok: "), "{f}: {}", stdout(&o));
+    }
+    let o = run(&["validate", p(&testdata("tiny-llama.gguf"))]);
+    assert_eq!(stdout(&o), "ok: gguf, 12 tensors, 473 bytes\n");
+}
+
+#[test]
+fn validate_notes_a_misaligned_tensor() {
+    let o = run(&["validate", p(&testdata("align8.gguf"))]);
+    assert_eq!(o.status.code(), Some(0));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(lines[0].starts_with("ok: gguf, 7 tensors"));
+    assert!(
+        lines[1].starts_with("note: ") && lines[1].contains("b.f16x5"),
+        "{out}"
+    );
+}
+
+#[test]
+fn validate_rejects_corrupt_and_missing_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(testdata("tiny-llama.gguf")).unwrap();
+    // Cut inside the last tensor's bytes.
+    let last = &manifest("tiny-llama.gguf")["tensors"][11];
+    assert_eq!(last["name"], "test.last");
+    let cut = (last["offset"].as_u64().unwrap() + 4) as usize;
+    let truncated = dir.path().join("truncated.gguf");
+    std::fs::write(&truncated, &bytes[..cut]).unwrap();
+    let err = assert_fails(&["validate", p(&truncated)]);
+    assert!(
+        err.contains("test.last"),
+        "names the tensor past the end: {err}"
+    );
+
+    let header_cut = dir.path().join("header-cut.gguf");
+    std::fs::write(&header_cut, &bytes[..1000]).unwrap();
+    assert_fails(&["validate", p(&header_cut)]);
+
+    let garbage = dir.path().join("garbage.bin");
+    std::fs::write(&garbage, b"definitely not a model file").unwrap();
+    assert_fails(&["validate", p(&garbage)]);
+
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, b"").unwrap();
+    assert_fails(&["validate", p(&empty)]);
+
+    assert_fails(&["validate", p(&dir.path().join("missing.gguf"))]);
+    assert_fails(&["validate", p(dir.path())]);
+    assert_fails(&["inspect", p(&truncated), "--json"]);
+    assert_fails(&["load", p(&truncated)]);
+}
+
+#[test]
+fn bad_usage_exits_2() {
+    for args in [
+        &[][..],
+        &["frobnicate"],
+        &["validate"],
+        &["inspect", "a", "b"],
+        &["load", "x", "--mode", "teleport"],
+        &["bench", "--iters", "0"],
+        &["bench", "x.gguf", "--format", "gguf"],
+        &["gen", "out", "--types", "q9_9"],
+        &["gen", "out", "--size", "12 parsecs"],
+        &["inspect", "x", "--bogus"],
+    ] {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    }
+    assert_eq!(run(&["--help"]).status.code(), Some(0));
+}
+
+fn load_json(file: &Path, mode: &str, extra: &[&str]) -> Value {
+    let mut args = vec!["load", p(file), "--mode", mode, "--json"];
+    args.extend_from_slice(extra);
+    run_json(&args)
+}
+
+#[test]
+fn load_both_modes_give_the_same_bytes() {
+    let f = testdata("quant-types.gguf");
+    let m = manifest("quant-types.gguf");
+    let mmap = load_json(&f, "mmap", &["--hashes"]);
+    let stream = load_json(&f, "stream", &["--hashes"]);
+    let required = [
+        "format",
+        "mode_requested",
+        "mode_used",
+        "fallback",
+        "tensors_count",
+        "bytes_mapped",
+        "bytes_copied",
+        "load_ms",
+        "rss_anon_kib",
+        "rss_file_kib",
+        "vm_hwm_kib",
+        "tensors",
+    ];
+    for v in [&mmap, &stream] {
+        assert_eq!(keys(v), BTreeSet::from(required));
+        assert_eq!(v["format"], "gguf");
+        assert_eq!(v["fallback"], Value::Null);
+        assert_eq!(v["tensors_count"], m["tensor_count"]);
+        assert!(v["load_ms"].as_f64().unwrap() >= 0.0);
+    }
+    assert_eq!(
+        (&mmap["mode_requested"], &mmap["mode_used"]),
+        (&"mmap".into(), &"mmap".into())
+    );
+    assert_eq!(
+        (&stream["mode_requested"], &stream["mode_used"]),
+        (&"stream".into(), &"stream".into())
+    );
+    assert!(mmap["bytes_mapped"].as_u64().unwrap() > 0);
+    assert_eq!(mmap["bytes_copied"], 0);
+    assert_eq!(stream["bytes_mapped"], 0);
+    assert!(stream["bytes_copied"].as_u64().unwrap() > 0);
+    if cfg!(target_os = "linux") {
+        assert!(mmap["rss_anon_kib"].as_u64().unwrap() > 0);
+        assert!(mmap["vm_hwm_kib"].as_u64().unwrap() > 0);
+    }
+
+    assert_eq!(mmap["tensors"], stream["tensors"]);
+    let hashes = mmap["tensors"].as_array().unwrap();
+    let mt = m["tensors"].as_array().unwrap();
+    assert_eq!(hashes.len(), mt.len());
+    for (h, want) in hashes.iter().zip(mt) {
+        assert_eq!(h["name"], want["name"]);
+        assert_eq!(h["sha256"], want["sha256"], "{}", want["name"]);
+    }
+    // Without --hashes there is no tensor list.
+    assert!(load_json(&f, "mmap", &[]).get("tensors").is_none());
+}
+
+#[test]
+fn load_misaligned_file_falls_back_or_fails() {
+    let f = testdata("align8.gguf");
+    let v = load_json(&f, "mmap", &[]);
+    assert_eq!(v["mode_requested"], "mmap");
+    assert_eq!(v["mode_used"], "stream");
+    assert_eq!(v["fallback"]["kind"], "misaligned");
+    assert!(v["fallback"]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("b.f16x5"));
+    assert_eq!(v["bytes_mapped"], 0);
+
+    let err = assert_fails(&["load", p(&f), "--mode", "mmap", "--no-fallback"]);
+    assert!(err.contains("b.f16x5"), "{err}");
+    // The stream path never needed the mapping.
+    let v = load_json(&f, "stream", &["--no-fallback"]);
+    assert_eq!(v["mode_used"], "stream");
+    assert_eq!(v["fallback"], Value::Null);
+}
+
+#[test]
+fn load_text_output() {
+    let o = run(&["load", p(&testdata("tiny.safetensors")), "--hashes"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("mode:") && out.contains("f32.matrix"), "{out}");
+}
+
+fn gen_small(dir: &Path, name: &str, format: &str) -> PathBuf {
+    let out = dir.join(name);
+    let o = run(&[
+        "gen",
+        p(&out),
+        "--format",
+        format,
+        "--size",
+        "4M",
+        "--tensors",
+        "23",
+        "--vocab",
+        "300",
+        "--types",
+        "F32,q8_0,Q4_k",
+        "--alignment",
+        "64",
+        "--seed",
+        "42",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("wrote "), "{}", stdout(&o));
+    assert!(
+        stderr(&o).is_empty(),
+        "no progress when stderr is not a terminal: {}",
+        stderr(&o)
+    );
+    out
+}
+
+#[test]
+fn gen_then_inspect_gguf() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = gen_small(dir.path(), "m.gguf", "gguf");
+    let v = run_json(&["inspect", p(&f), "--json"]);
+    assert_eq!(v["format"], "gguf");
+    assert_eq!(v["version"], 3);
+    assert_eq!(v["alignment"], 64);
+    let md = &v["metadata"];
+    assert_eq!(md["general.architecture"], "llama");
+    assert_eq!(md["general.alignment"], 64);
+    assert_eq!(md["tokenizer.ggml.tokens"]["len"], 300);
+    assert_eq!(md["tokenizer.ggml.token_type"]["elem_type"], "i32");
+    assert!(md["llama.rope.freq_base"].is_f64());
+    let tensors = v["tensors"].as_array().unwrap();
+    assert_eq!(tensors.len(), 23);
+    assert_eq!(tensors[0]["name"], "token_embd.weight");
+    assert_eq!(tensors[0]["shape"][1], 300);
+    let types: BTreeSet<&str> = tensors
+        .iter()
+        .map(|t| t["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, BTreeSet::from(["f32", "q8_0", "q4_K"]));
+    let total: u64 = tensors.iter().map(|t| t["nbytes"].as_u64().unwrap()).sum();
+    // Within 10% of --size.
+    assert!(total.abs_diff(4 << 20) < (4 << 20) / 10, "total {total}");
+    for t in tensors {
+        assert_eq!(t["offset"].as_u64().unwrap() % 64, 0);
+    }
+    assert_eq!(run(&["validate", p(&f)]).status.code(), Some(0));
+
+    // Same seed, same file; the generated file loads identically both ways.
+    let again = gen_small(dir.path(), "again.gguf", "gguf");
+    assert!(std::fs::read(&f).unwrap() == std::fs::read(&again).unwrap());
+    let a = load_json(&f, "mmap", &["--hashes", "--no-fallback"]);
+    let b = load_json(&f, "stream", &["--hashes"]);
+    assert_eq!(a["mode_used"], "mmap");
+    assert_eq!(a["tensors"], b["tensors"]);
+}
+
+#[test]
+fn gen_then_inspect_safetensors() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = gen_small(dir.path(), "m.safetensors", "safetensors");
+    let v = run_json(&["inspect", p(&f), "--json"]);
+    assert_eq!(v["format"], "safetensors");
+    assert_eq!(v["version"], Value::Null);
+    assert_eq!(v["metadata"]["vocab_size"], "300");
+    assert_eq!(v["metadata"]["format"], "pt");
+    assert_eq!(v["data_offset"].as_u64().unwrap() % 64, 0);
+    let tensors = v["tensors"].as_array().unwrap();
+    assert_eq!(tensors.len(), 23);
+    let embed = tensors
+        .iter()
+        .find(|t| t["name"] == "model.embed_tokens.weight")
+        .unwrap();
+    assert_eq!(embed["shape"][0], 300);
+    let types: BTreeSet<&str> = tensors
+        .iter()
+        .map(|t| t["type"].as_str().unwrap())
+        .collect();
+    // Quantized types have no safetensors dtype: they are written as f16.
+    assert_eq!(types, BTreeSet::from(["f32", "f16"]));
+    assert_eq!(run(&["validate", p(&f)]).status.code(), Some(0));
+}
+
+#[test]
+fn gen_rejects_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.gguf");
+    // Not a power of two: the library's error, exit 1.
+    let err = assert_fails(&["gen", p(&out), "--alignment", "48", "--size", "1K"]);
+    assert!(err.contains("48"), "{err}");
+    assert!(!out.exists());
+    // A directory that does not exist.
+    assert_fails(&[
+        "gen",
+        p(&dir.path().join("no/such/dir/x.gguf")),
+        "--size",
+        "1K",
+    ]);
+}
+
+#[test]
+fn bench_reports_identical_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = gen_small(dir.path(), "m.gguf", "gguf");
+    let v = run_json(&["bench", p(&f), "--iters", "1", "--warmup", "0", "--json"]);
+    assert_eq!(v["identical_bytes"], true);
+    assert_eq!(v["tensors_compared"], 23);
+    assert_eq!(v["page_cache"], "warm");
+    assert_eq!(v["iters"], 1);
+    for mode in ["mmap", "stream", "baseline"] {
+        let m = &v["modes"][mode];
+        assert_eq!(
+            m["load_ms"]["samples"].as_array().unwrap().len(),
+            1,
+            "{mode}"
+        );
+        assert!(m["load_ms"]["median"].is_number(), "{mode}");
+    }
+    assert_eq!(v["modes"]["mmap"]["bytes_copied"], 0);
+    assert!(
+        v["ratios"]["stream_over_mmap_median"].is_number()
+            || v["ratios"]["stream_over_mmap_median"].is_null()
+    );
+
+    // Mapping impossible: bench says so instead of timing a silent fallback.
+    let err = assert_fails(&[
+        "bench",
+        p(&testdata("align8.gguf")),
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+    ]);
+    assert!(
+        err.contains("--no-fallback") && err.contains("b.f16x5"),
+        "{err}"
+    );
+}
+
+/// Slow (writes the 512 MiB default model twice over the run): run with
+/// `cargo test --release --test cli -- --ignored`.
+#[test]
+#[ignore]
+fn bench_generates_then_reuses_the_default_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let bench = || {
+        Command::new(env!("CARGO_BIN_EXE_weightmap"))
+            .args([
+                "bench",
+                "--iters",
+                "1",
+                "--warmup",
+                "0",
+                "--json",
+                "--format",
+                "safetensors",
+            ])
+            .env("WEIGHTMAP_CACHE", &cache)
+            .output()
+            .unwrap()
+    };
+    let first = bench();
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    assert!(stderr(&first).contains("generating"), "{}", stderr(&first));
+    let v: Value = serde_json::from_slice(&first.stdout).unwrap();
+    assert_eq!(v["generated"], true);
+    assert_eq!(v["format"], "safetensors");
+    assert_eq!(v["tensors_count"], 300);
+    assert_eq!(v["identical_bytes"], true);
+    let file = PathBuf::from(v["file"].as_str().unwrap());
+    assert!(file.starts_with(&cache), "{}", file.display());
+
+    let second = bench();
+    assert_eq!(second.status.code(), Some(0), "{}", stderr(&second));
+    assert!(
+        stderr(&second).contains("using the cached"),
+        "{}",
+        stderr(&second)
+    );
+
+    // A cached file of the wrong size is regenerated.
+    std::fs::write(&file, b"stale").unwrap();
+    let third = bench();
+    assert_eq!(third.status.code(), Some(0), "{}", stderr(&third));
+    assert!(stderr(&third).contains("generating"), "{}", stderr(&third));
+}
