@@ -1,4 +1,4 @@
-#![doc = "weightmap: map model weights read-only, validate them, place them in backend buffers."]
+#![doc = include_str!("../README.md")]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
 
