@@ -56,7 +56,7 @@ use crate::types::TensorType;
 
 /// Bumped whenever the generator's output for a given spec changes, so that
 /// caches keyed on the spec (as `weightmap bench` keeps) can tell stale files.
-pub const GENERATOR_VERSION: u32 = 1;
+pub const GENERATOR_VERSION: u32 = 2;
 
 /// What to generate.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -7,9 +7,10 @@ use std::io::Read;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use super::json::Json;
+use serde_json::json;
+
 use super::proc_status::MemStatus;
-use super::{emit, CliError, CliResult};
+use super::{emit, round3, CliError, CliResult};
 
 /// Arguments of `read-baseline`.
 #[derive(Debug, clap::Args)]
@@ -37,12 +38,13 @@ pub fn run(a: &Args) -> CliResult {
     let elapsed = t0.elapsed();
     let mem = MemStatus::read();
     std::hint::black_box(&buf);
-    let out = Json::obj([
-        ("bytes", Json::U64(len as u64)),
-        ("load_ms", Json::round(elapsed.as_secs_f64() * 1e3, 3)),
-        ("rss_anon_kib", Json::opt_u64(mem.rss_anon_kib)),
-        ("rss_file_kib", Json::opt_u64(mem.rss_file_kib)),
-        ("vm_hwm_kib", Json::opt_u64(mem.vm_hwm_kib)),
-    ]);
-    emit(&out.pretty())
+    let out = json!({
+        "bytes": len as u64,
+        "load_ms": round3(elapsed.as_secs_f64() * 1e3),
+        "rss_anon_kib": mem.rss_anon_kib,
+        "rss_file_kib": mem.rss_file_kib,
+        "vm_hwm_kib": mem.vm_hwm_kib,
+    });
+    // One line: only `bench` reads this.
+    emit(&format!("{out}\n"))
 }

@@ -7,15 +7,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use weightmap::gen::{self, GenSpec, GENERATOR_VERSION};
 use weightmap::{Format, WeightsHeader};
 
 use super::gen::generate_with_progress;
-use super::json::Json;
 use super::load::hex;
-use super::{emit, human_bytes, table, CliError, CliResult, FormatArg};
+use super::{emit, human_bytes, json_text, round3, table, CliError, CliResult, FormatArg};
 
 pub const LONG_ABOUT: &str = "\
 Compare the mapped and stream load paths, each in fresh processes.
@@ -187,85 +186,52 @@ pub fn run(a: &Args) -> CliResult {
     let stream_over_baseline = ratio(median(1), median(2));
 
     let out = if a.json {
-        let modes = KINDS
+        let modes: Map<String, Value> = KINDS
             .iter()
             .enumerate()
             .map(|(k, kind)| {
                 let st = stats[k].as_ref();
-                let f = |g: fn(&Stats) -> f64| st.map_or(Json::Null, |s| Json::round(g(s), 3));
-                let mut o = vec![
-                    (
-                        "load_ms",
-                        Json::obj([
-                            ("mean", f(|s| s.mean)),
-                            ("median", f(|s| s.median)),
-                            ("min", f(|s| s.min)),
-                            ("max", f(|s| s.max)),
-                            (
-                                "samples",
-                                Json::Arr(
-                                    samples[k]
-                                        .iter()
-                                        .map(|s| Json::round(s.load_ms, 3))
-                                        .collect(),
-                                ),
-                            ),
-                        ]),
-                    ),
-                    (
-                        "peak_rss_anon_kib",
-                        Json::opt_u64(peak(k, |s| s.rss_anon_kib)),
-                    ),
-                    (
-                        "peak_rss_file_kib",
-                        Json::opt_u64(peak(k, |s| s.rss_file_kib)),
-                    ),
-                    ("peak_vm_hwm_kib", Json::opt_u64(peak(k, |s| s.vm_hwm_kib))),
-                ];
+                let f = |g: fn(&Stats) -> f64| st.map(|s| round3(g(s)));
+                let samples_ms: Vec<Value> = samples[k].iter().map(|s| round3(s.load_ms)).collect();
+                let mut o = json!({
+                    "load_ms": {
+                        "mean": f(|s| s.mean),
+                        "median": f(|s| s.median),
+                        "min": f(|s| s.min),
+                        "max": f(|s| s.max),
+                        "samples": samples_ms,
+                    },
+                    "peak_rss_anon_kib": peak(k, |s| s.rss_anon_kib),
+                    "peak_rss_file_kib": peak(k, |s| s.rss_file_kib),
+                    "peak_vm_hwm_kib": peak(k, |s| s.vm_hwm_kib),
+                });
                 if *kind != Kind::Baseline {
                     let first = samples[k].first();
-                    o.push((
-                        "bytes_mapped",
-                        Json::opt_u64(first.and_then(|s| s.bytes_mapped)),
-                    ));
-                    o.push((
-                        "bytes_copied",
-                        Json::opt_u64(first.and_then(|s| s.bytes_copied)),
-                    ));
+                    o["bytes_mapped"] = first.and_then(|s| s.bytes_mapped).into();
+                    o["bytes_copied"] = first.and_then(|s| s.bytes_copied).into();
                 }
-                (kind.name(), Json::obj(o))
+                (kind.name().to_owned(), o)
             })
-            .collect::<Vec<_>>();
-        let opt_f = |v: Option<f64>| v.map_or(Json::Null, |v| Json::round(v, 3));
-        Json::obj([
-            ("file", Json::str(file.display().to_string())),
-            ("generated", Json::Bool(generated)),
-            ("format", Json::str(h.format().name())),
-            ("file_size", Json::U64(h.file_len())),
-            ("tensors_count", Json::U64(h.tensors().len() as u64)),
-            ("iters", Json::U64(a.iters)),
-            ("warmup", Json::U64(a.warmup)),
-            ("page_cache", Json::str("warm")),
-            ("warm_read_ms", Json::round(warm.as_secs_f64() * 1e3, 3)),
-            (
-                "order",
-                Json::Arr(KINDS.iter().map(|k| Json::str(k.name())).collect()),
-            ),
-            ("modes", Json::obj(modes)),
-            (
-                "ratios",
-                Json::obj([
-                    ("stream_over_mmap_median", opt_f(stream_over_mmap)),
-                    ("stream_over_baseline_median", opt_f(stream_over_baseline)),
-                ]),
-            ),
-            ("identical_bytes", Json::Bool(identical)),
-            (
-                "tensors_compared",
-                Json::U64(mmap_hashes.len().min(stream_hashes.len()) as u64),
-            ),
-        ])
-        .pretty()
+            .collect();
+        json_text(&json!({
+            "file": file.display().to_string(),
+            "generated": generated,
+            "format": h.format().name(),
+            "file_size": h.file_len(),
+            "tensors_count": h.tensors().len(),
+            "iters": a.iters,
+            "warmup": a.warmup,
+            "page_cache": "warm",
+            "warm_read_ms": round3(warm.as_secs_f64() * 1e3),
+            "order": KINDS.map(Kind::name),
+            "modes": modes,
+            "ratios": {
+                "stream_over_mmap_median": stream_over_mmap.map(round3),
+                "stream_over_baseline_median": stream_over_baseline.map(round3),
+            },
+            "identical_bytes": identical,
+            "tensors_compared": mmap_hashes.len().min(stream_hashes.len()),
+        }))
     } else {
         let mut out = format!(
             "bench: {} ({}, {}, {} tensors)\n",

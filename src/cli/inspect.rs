@@ -2,11 +2,11 @@
 
 use std::path::PathBuf;
 
+use serde_json::{json, Value as Json};
 use weightmap::gguf::Value;
 use weightmap::{Header, WeightsHeader};
 
-use super::json::Json;
-use super::{emit, human_bytes, table, CliResult};
+use super::{emit, human_bytes, json_text, table, CliResult};
 
 /// Arguments of `inspect`.
 #[derive(Debug, clap::Args)]
@@ -29,7 +29,7 @@ const MAX_TEXT: usize = 80;
 pub fn run(a: &Args) -> CliResult {
     let wh = WeightsHeader::read(&a.file)?;
     let out = if a.json {
-        to_json(&wh, a.full).pretty()
+        json_text(&to_json(&wh, a.full))
     } else {
         to_text(&wh, a)
     };
@@ -45,87 +45,79 @@ fn version(h: &Header) -> Option<u32> {
 
 fn float(v: f64) -> Json {
     if v.is_finite() {
-        Json::F64(v)
+        v.into()
     } else if v.is_nan() {
-        Json::str("NaN")
+        "NaN".into()
     } else if v > 0.0 {
-        Json::str("Infinity")
+        "Infinity".into()
     } else {
-        Json::str("-Infinity")
+        "-Infinity".into()
     }
 }
 
 fn value_json(v: &Value<'_>, full: bool) -> Json {
     match v {
-        Value::U8(x) => Json::U64((*x).into()),
-        Value::I8(x) => Json::I64((*x).into()),
-        Value::U16(x) => Json::U64((*x).into()),
-        Value::I16(x) => Json::I64((*x).into()),
-        Value::U32(x) => Json::U64((*x).into()),
-        Value::I32(x) => Json::I64((*x).into()),
-        Value::U64(x) => Json::U64(*x),
-        Value::I64(x) => Json::I64(*x),
+        Value::U8(x) => (*x).into(),
+        Value::I8(x) => (*x).into(),
+        Value::U16(x) => (*x).into(),
+        Value::I16(x) => (*x).into(),
+        Value::U32(x) => (*x).into(),
+        Value::I32(x) => (*x).into(),
+        Value::U64(x) => (*x).into(),
+        Value::I64(x) => (*x).into(),
         Value::F32(x) => float((*x).into()),
         Value::F64(x) => float(*x),
-        Value::Bool(x) => Json::Bool(*x),
-        Value::String(s) => Json::str(s.to_string_lossy()),
+        Value::Bool(x) => (*x).into(),
+        Value::String(s) => s.to_string_lossy().into(),
         Value::Array(arr) => {
-            let mut o = vec![
-                ("type".to_owned(), Json::str("array")),
-                ("elem_type".to_owned(), Json::str(arr.elem_type().name())),
-                ("len".to_owned(), Json::U64(arr.len())),
-            ];
+            let mut o =
+                json!({"type": "array", "elem_type": arr.elem_type().name(), "len": arr.len()});
             if full {
-                o.push((
-                    "values".to_owned(),
-                    Json::Arr(arr.iter().map(|e| value_json(&e, full)).collect()),
-                ));
+                o["values"] = arr.iter().map(|e| value_json(&e, full)).collect();
             }
-            Json::Obj(o)
+            o
         }
     }
 }
 
 fn metadata_json(wh: &WeightsHeader, full: bool) -> Json {
     match (wh.gguf_metadata(), wh.header().safetensors_metadata()) {
-        (Some(md), _) => Json::Obj(
+        // File order (serde_json's `preserve_order`).
+        (Some(md), _) => Json::Object(
             md.iter()
                 .map(|(k, v)| (k.to_owned(), value_json(&v, full)))
                 .collect(),
         ),
-        (None, Some(map)) => Json::obj(map.iter().map(|(k, v)| (k.as_str(), Json::str(v)))),
-        (None, None) => Json::Obj(vec![]),
+        (None, Some(map)) => json!(map),
+        (None, None) => json!({}),
     }
 }
 
 fn to_json(wh: &WeightsHeader, full: bool) -> Json {
     let h = wh.header();
-    let tensors = h
+    let tensors: Vec<Json> = h
         .tensors()
         .iter()
         .map(|t| {
-            Json::obj([
-                ("name", Json::str(&t.name)),
-                ("type", Json::str(t.ty.name())),
-                ("type_id", Json::opt_u64(t.ty.ggml_id().map(u64::from))),
-                (
-                    "shape",
-                    Json::Arr(t.shape.iter().map(|&d| Json::U64(d)).collect()),
-                ),
-                ("offset", Json::U64(t.file_offset)),
-                ("nbytes", Json::U64(t.nbytes)),
-            ])
+            json!({
+                "name": t.name,
+                "type": t.ty.name(),
+                "type_id": t.ty.ggml_id(),
+                "shape": t.shape,
+                "offset": t.file_offset,
+                "nbytes": t.nbytes,
+            })
         })
         .collect();
-    Json::obj([
-        ("format", Json::str(h.format().name())),
-        ("version", Json::opt_u64(version(h).map(u64::from))),
-        ("alignment", Json::U64(h.file_alignment())),
-        ("data_offset", Json::U64(h.data_offset())),
-        ("file_size", Json::U64(h.file_len())),
-        ("metadata", metadata_json(wh, full)),
-        ("tensors", Json::Arr(tensors)),
-    ])
+    json!({
+        "format": h.format().name(),
+        "version": version(h),
+        "alignment": h.file_alignment(),
+        "data_offset": h.data_offset(),
+        "file_size": h.file_len(),
+        "metadata": metadata_json(wh, full),
+        "tensors": tensors,
+    })
 }
 
 /// A string for a terminal: quoted and escaped (no control characters
@@ -133,19 +125,14 @@ fn to_json(wh: &WeightsHeader, full: bool) -> Json {
 fn quote(s: &str, full: bool) -> String {
     let n = s.chars().count();
     if full || n <= MAX_TEXT {
-        Json::str(s).pretty().trim_end().to_owned()
+        Json::from(s).to_string()
     } else {
         let cut: String = s.chars().take(MAX_TEXT).collect();
-        format!(
-            "{}… ({} bytes)",
-            Json::str(cut).pretty().trim_end(),
-            s.len()
-        )
+        format!("{}… ({} bytes)", Json::from(cut), s.len())
     }
 }
 
 fn value_text(v: &Value<'_>, full: bool) -> (String, String) {
-    let scalar = |j: Json| j.pretty().trim_end().to_owned();
     let ty = v.value_type().name().to_owned();
     match v {
         Value::String(s) => (ty, quote(&s.to_string_lossy(), full)),
@@ -165,7 +152,7 @@ fn value_text(v: &Value<'_>, full: bool) -> (String, String) {
             }
             (ty, items.join(", "))
         }
-        other => (ty, scalar(value_json(other, full))),
+        other => (ty, value_json(other, full).to_string()),
     }
 }
 

@@ -2,12 +2,12 @@
 
 use std::path::PathBuf;
 
+use serde_json::json;
 use sha2::{Digest, Sha256};
 use weightmap::{LoadOptions, Weights};
 
-use super::json::Json;
 use super::proc_status::MemStatus;
-use super::{emit, table, CliResult, ModeArg};
+use super::{emit, json_text, round3, table, CliResult, ModeArg};
 
 pub const LONG_ABOUT: &str = "\
 Load a file and report what the loader did and the memory it used.
@@ -68,33 +68,30 @@ pub fn run(a: &Args) -> CliResult {
 
     let load_ms = r.elapsed.as_secs_f64() * 1e3;
     let out = if a.json {
-        let fallback = r.fallback.as_ref().map_or(Json::Null, |f| {
-            Json::obj([
-                ("kind", Json::str(f.kind())),
-                ("detail", Json::str(f.to_string())),
-            ])
+        let fallback = r
+            .fallback
+            .as_ref()
+            .map(|f| json!({"kind": f.kind(), "detail": f.to_string()}));
+        let mut o = json!({
+            "format": r.format.name(),
+            "mode_requested": r.mode_requested.name(),
+            "mode_used": r.mode_used.name(),
+            "fallback": fallback,
+            "tensors_count": r.tensors_count,
+            "bytes_mapped": r.bytes_mapped,
+            "bytes_copied": r.bytes_copied,
+            "load_ms": round3(load_ms),
+            "rss_anon_kib": mem.rss_anon_kib,
+            "rss_file_kib": mem.rss_file_kib,
+            "vm_hwm_kib": mem.vm_hwm_kib,
         });
-        let mut o = vec![
-            ("format", Json::str(r.format.name())),
-            ("mode_requested", Json::str(r.mode_requested.name())),
-            ("mode_used", Json::str(r.mode_used.name())),
-            ("fallback", fallback),
-            ("tensors_count", Json::U64(r.tensors_count as u64)),
-            ("bytes_mapped", Json::U64(r.bytes_mapped)),
-            ("bytes_copied", Json::U64(r.bytes_copied)),
-            ("load_ms", Json::round(load_ms, 3)),
-            ("rss_anon_kib", Json::opt_u64(mem.rss_anon_kib)),
-            ("rss_file_kib", Json::opt_u64(mem.rss_file_kib)),
-            ("vm_hwm_kib", Json::opt_u64(mem.vm_hwm_kib)),
-        ];
         if a.hashes {
-            let list = hashes
+            o["tensors"] = hashes
                 .iter()
-                .map(|(n, h)| Json::obj([("name", Json::str(n)), ("sha256", Json::str(h))]))
+                .map(|(n, h)| json!({"name": n, "sha256": h}))
                 .collect();
-            o.push(("tensors", Json::Arr(list)));
         }
-        Json::obj(o).pretty()
+        json_text(&o)
     } else {
         let kib = |v: Option<u64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v} kB"));
         let fallback = r

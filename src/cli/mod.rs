@@ -5,7 +5,6 @@ mod baseline;
 mod bench;
 mod gen;
 mod inspect;
-mod json;
 mod load;
 mod proc_status;
 mod validate;
@@ -110,6 +109,16 @@ pub fn emit(text: &str) -> CliResult {
         })
 }
 
+/// `v` rounded to 3 decimals as JSON: `null` when not finite.
+pub fn round3(v: f64) -> serde_json::Value {
+    ((v * 1e3).round() / 1e3).into()
+}
+
+/// `v` as indented JSON text (`serde_json::to_string_pretty`), with a newline.
+pub fn json_text(v: &serde_json::Value) -> String {
+    format!("{v:#}\n")
+}
+
 /// `--mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ModeArg {
@@ -204,6 +213,17 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn json_keeps_order_exact_integers_and_nulls_non_finite() {
+        let v = serde_json::json!({"z": u64::MAX, "a": round3(f64::NAN), "m": round3(0.12345)});
+        let text = json_text(&v);
+        assert!(text.find("\"z\"").unwrap() < text.find("\"a\"").unwrap());
+        let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(back["z"].as_u64(), Some(u64::MAX));
+        assert!(back["a"].is_null());
+        assert_eq!(back["m"].as_f64(), Some(0.123));
     }
 
     #[test]
