@@ -490,7 +490,10 @@ struct StreamedWeights {
     placements: Vec<Placement>,
 }
 
-fn stream_path(path: &Path, opts: &LoadOptions) -> Result<StreamedWeights> {
+/// Open a regular, non-empty file and read and validate its header without
+/// reading tensor data: the stream path's first half, and `WeightsHeader`.
+fn open_and_read_header(path: &Path) -> Result<(File, Header, Vec<u8>)> {
+    // Not File::open first: opening a FIFO blocks until a writer appears.
     let meta = std::fs::metadata(path).map_err(|e| Error::io("stat", path, e))?;
     if !meta.is_file() {
         return Err(Error::NotAFile { path: path.into() });
@@ -503,7 +506,12 @@ fn stream_path(path: &Path, opts: &LoadOptions) -> Result<StreamedWeights> {
     if len == 0 {
         return Err(Error::EmptyFile { path: path.into() });
     }
-    let (header, header_bytes) = read_header(&file, len, path)?;
+    let (header, bytes) = read_header(&file, len, path)?;
+    Ok((file, header, bytes))
+}
+
+fn stream_path(path: &Path, opts: &LoadOptions) -> Result<StreamedWeights> {
+    let (file, header, header_bytes) = open_and_read_header(path)?;
 
     let bt = opts.buffer_type.as_ref();
     let align = bt.alignment();
@@ -903,20 +911,7 @@ impl WeightsHeader {
     /// # Errors
     /// As [`Weights::load_streamed`], less the tensor reads.
     pub fn read(path: impl AsRef<Path>) -> Result<WeightsHeader> {
-        let path = path.as_ref();
-        let meta = std::fs::metadata(path).map_err(|e| Error::io("stat", path, e))?;
-        if !meta.is_file() {
-            return Err(Error::NotAFile { path: path.into() });
-        }
-        let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
-        let len = file
-            .metadata()
-            .map_err(|e| Error::io("stat", path, e))?
-            .len();
-        if len == 0 {
-            return Err(Error::EmptyFile { path: path.into() });
-        }
-        let (header, bytes) = read_header(&file, len, path)?;
+        let (_, header, bytes) = open_and_read_header(path.as_ref())?;
         Ok(WeightsHeader { header, bytes })
     }
 
