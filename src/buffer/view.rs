@@ -119,6 +119,11 @@ pub fn view<'a, T: Element>(info: &TensorInfo, bytes: &'a [u8]) -> Result<&'a [T
             found: info.ty,
         });
     }
+    if bytes.is_empty() {
+        // An empty tensor views as an empty slice wherever its (dangling)
+        // address is: there is nothing to misalign.
+        return Ok(&[]);
+    }
     bytemuck::try_cast_slice(bytes).map_err(|e| Error::ViewLayout {
         tensor: info.name.clone(),
         elem: T::NAME,
@@ -139,6 +144,9 @@ pub fn view_mut<'a, T: Element>(info: &TensorInfo, bytes: &'a mut [u8]) -> Resul
             expected: T::NAME,
             found: info.ty,
         });
+    }
+    if bytes.is_empty() {
+        return Ok(&mut []);
     }
     let (nbytes, address) = (bytes.len(), bytes.as_ptr() as usize);
     bytemuck::try_cast_slice_mut(bytes).map_err(|e| Error::ViewLayout {
