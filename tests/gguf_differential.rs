@@ -411,7 +411,7 @@ fn weightmap_to_grl(
     for t in ts {
         w.tensor(&t.name, t.ty, &t.dims, t.data.clone());
     }
-    let bytes = w.to_bytes().unwrap();
+    let bytes = w.to_bytes();
     let own = Gguf::parse(&bytes)
         .map_err(|e| TestCaseError::fail(format!("weightmap rejected its own file: {e}")))?;
 

@@ -991,7 +991,7 @@ fn rewrite_fixture(dir: &Path) -> (PathBuf, Vec<u8>) {
     let data: Vec<u8> = (0..64u8).collect();
     w.tensor("w", TensorType::F32, &[16], data.clone());
     let path = dir.join("model.gguf");
-    std::fs::write(&path, w.to_bytes().unwrap()).unwrap();
+    std::fs::write(&path, w.to_bytes()).unwrap();
     (path, data)
 }
 

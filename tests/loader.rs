@@ -47,7 +47,7 @@ fn every_type_file(dir: &Path, alignment: u64) -> PathBuf {
         );
     }
     let path = dir.join(format!("every-type-a{alignment}.gguf"));
-    std::fs::write(&path, w.to_bytes().unwrap()).unwrap();
+    std::fs::write(&path, w.to_bytes()).unwrap();
     path
 }
 
@@ -387,7 +387,7 @@ fn short_file(dir: &Path) -> PathBuf {
     let mut w = Writer::new(32);
     w.tensor("a", TensorType::F32, &[8], pattern(32, 1));
     w.tensor("b", TensorType::F32, &[9], pattern(36, 2));
-    let mut bytes = w.to_bytes().unwrap();
+    let mut bytes = w.to_bytes();
     let file = weightmap::gguf::Gguf::parse(&bytes).unwrap();
     let end = file.tensors()[1].file_range().end as usize;
     bytes.truncate(end - 1);

@@ -45,7 +45,7 @@ fn writer_built() -> Vec<u8> {
     w.tensor("output_norm.weight", TensorType::F16, &[5], pat(10, 4));
     w.tensor("empty", TensorType::F32, &[0], Vec::new());
     w.tensor("last", TensorType::I8, &[3], pat(3, 5));
-    w.to_bytes().unwrap()
+    w.to_bytes()
 }
 
 fn bases() -> Vec<Base> {

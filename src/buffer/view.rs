@@ -99,7 +99,7 @@ blocks! {
 /// # fn main() -> weightmap::Result<()> {
 /// let mut w = gguf::write::Writer::new(32);
 /// w.tensor("x", TensorType::Q8_0, &[64], vec![0u8; 68]);
-/// let bytes = w.to_bytes().unwrap();
+/// let bytes = w.to_bytes();
 /// let file = gguf::Gguf::parse(&bytes)?;
 /// let info = &file.tensors()[0];
 /// let blocks: &[BlockQ8_0] = view(info, file.tensor_bytes(info))?;

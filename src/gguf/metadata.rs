@@ -222,7 +222,7 @@ impl<'a> Value<'a> {
 /// let mut w = gguf::write::Writer::new(32);
 /// w.kv_str_array("tokenizer.ggml.tokens", &["<s>", "hello", "wörld"]);
 /// w.kv_f32_array("tokenizer.ggml.scores", &[0.0, -1.5, -2.0]);
-/// let bytes = w.to_bytes().unwrap();
+/// let bytes = w.to_bytes();
 /// let file = Gguf::parse(&bytes)?;
 /// let md = file.metadata();
 /// let tokens: Vec<&str> = md.get_array("tokenizer.ggml.tokens")?

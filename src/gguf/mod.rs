@@ -45,7 +45,7 @@ pub const MAX_DIMS: u32 = 4;
 /// w.kv_u32("llama.block_count", 2);
 /// w.kv_str("general.architecture", "llama");
 /// w.tensor("tok_embd", weightmap::TensorType::F32, &[4, 2], vec![0u8; 32]);
-/// let bytes = w.to_bytes().unwrap();
+/// let bytes = w.to_bytes();
 ///
 /// let file = Gguf::parse(&bytes)?;
 /// assert_eq!(file.metadata().get_u32("llama.block_count")?, 2);

@@ -95,7 +95,7 @@ struct PendingTensor {
 /// let mut w = Writer::new(32);
 /// w.kv_str("general.architecture", "llama");
 /// w.tensor("a", TensorType::F32, &[2], vec![0; 8]);
-/// let bytes = w.to_bytes().unwrap();
+/// let bytes = w.to_bytes();
 /// assert_eq!(&bytes[..4], b"GGUF");
 /// ```
 pub struct Writer {
@@ -272,12 +272,10 @@ impl Writer {
     }
 
     /// The whole file in memory (deferred tensors are zero).
-    ///
-    /// # Errors
-    /// Never in practice (writing to a `Vec`).
-    pub fn to_bytes(&self) -> io::Result<Vec<u8>> {
+    pub fn to_bytes(&self) -> Vec<u8> {
         let mut v = Vec::new();
-        self.write_with(&mut v, |_, _| {})?;
-        Ok(v)
+        // Writing into a Vec cannot fail.
+        let _ = self.write_with(&mut v, |_, _| {});
+        v
     }
 }
