@@ -28,7 +28,7 @@ use ::safetensors::tensor::{Metadata as StMetadata, TensorInfo as StTensorInfo};
 use ::safetensors::Dtype;
 
 use crate::error::{Error, Result};
-use crate::tensor::TensorInfo;
+use crate::tensor::{check_overlap, TensorInfo};
 use crate::types::TensorType;
 
 /// Largest JSON header accepted, in bytes: the `safetensors` crate's limit.
@@ -389,32 +389,6 @@ fn check_tensor(
         file_offset: data_offset + begin,
         nbytes,
     })
-}
-
-/// Reject tensors that share bytes. `tensors` is sorted by offset; zero-size
-/// tensors occupy nothing. Compares against the furthest end so far, so one
-/// large tensor covering several later ones is caught.
-fn check_overlap(tensors: &[TensorInfo]) -> Result<()> {
-    let mut furthest: Option<&TensorInfo> = None;
-    for t in tensors.iter().filter(|t| t.nbytes > 0) {
-        if let Some(f) = furthest {
-            let f_end = f.file_offset + f.nbytes;
-            if t.file_offset < f_end {
-                return Err(Error::TensorOverlap {
-                    tensor: t.name.clone(),
-                    start: t.file_offset,
-                    end: t.file_offset + t.nbytes,
-                    other: f.name.clone(),
-                });
-            }
-        }
-        if furthest.map_or(true, |f| {
-            t.file_offset + t.nbytes > f.file_offset + f.nbytes
-        }) {
-            furthest = Some(t);
-        }
-    }
-    Ok(())
 }
 
 /// Find a key repeated within one JSON object, at any depth. `text` must be

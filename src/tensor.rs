@@ -1,5 +1,6 @@
 //! Tensor descriptors, shared by both formats.
 
+use crate::error::{Error, Result};
 use crate::types::TensorType;
 
 /// One tensor as a weight file describes it: validated, owned, small.
@@ -47,4 +48,24 @@ impl TensorInfo {
     pub fn file_range(&self) -> std::ops::Range<u64> {
         self.file_offset..self.file_offset + self.nbytes
     }
+}
+
+/// Reject tensors that share bytes, in any order. Zero-byte tensors occupy
+/// nothing. After sorting by start, if no tensor starts before the previous
+/// one ends, the ends increase too, so no two tensors overlap at all.
+pub(crate) fn check_overlap(tensors: &[TensorInfo]) -> Result<()> {
+    let mut by_start: Vec<&TensorInfo> = tensors.iter().filter(|t| t.nbytes > 0).collect();
+    by_start.sort_unstable_by_key(|t| t.file_offset);
+    for w in by_start.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        if b.file_offset < a.file_offset + a.nbytes {
+            return Err(Error::TensorOverlap {
+                tensor: b.name.clone(),
+                start: b.file_offset,
+                end: b.file_offset + b.nbytes,
+                other: a.name.clone(),
+            });
+        }
+    }
+    Ok(())
 }

@@ -4,7 +4,7 @@
 use super::metadata::{KvEntry, Metadata, ValueType};
 use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, MAX_NAME_LEN};
 use crate::error::{Error, Result};
-use crate::tensor::TensorInfo;
+use crate::tensor::{check_overlap, TensorInfo};
 use crate::types::TensorType;
 
 /// Smallest possible key/value entry: key length (8), a 1-byte key, value type (4), a 1-byte value.
@@ -361,24 +361,6 @@ fn sorted_index(n: usize, cmp: impl Fn(usize, usize) -> std::cmp::Ordering) -> V
     let mut idx: Vec<u32> = (0..n as u32).collect();
     idx.sort_unstable_by(|&a, &b| cmp(a as usize, b as usize));
     idx
-}
-
-/// Reject tensors that share bytes. Zero-byte tensors occupy nothing.
-pub(crate) fn check_overlap(tensors: &[TensorInfo]) -> Result<()> {
-    let mut by_start: Vec<&TensorInfo> = tensors.iter().filter(|t| t.nbytes > 0).collect();
-    by_start.sort_unstable_by_key(|t| t.file_offset);
-    for w in by_start.windows(2) {
-        let (a, b) = (w[0], w[1]);
-        if b.file_offset < a.file_offset + a.nbytes {
-            return Err(Error::TensorOverlap {
-                tensor: b.name.clone(),
-                start: b.file_offset,
-                end: b.file_offset + b.nbytes,
-                other: a.name.clone(),
-            });
-        }
-    }
-    Ok(())
 }
 
 fn overflow(name: &str, what: &'static str) -> Error {
