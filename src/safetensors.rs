@@ -28,7 +28,7 @@ use ::safetensors::tensor::{Metadata as StMetadata, TensorInfo as StTensorInfo};
 use ::safetensors::Dtype;
 
 use crate::error::{Error, Result};
-use crate::tensor::{check_overlap, TensorInfo};
+use crate::tensor::{check_overlap, TensorInfo, TensorTable};
 use crate::types::TensorType;
 
 /// Largest JSON header accepted, in bytes: the `safetensors` crate's limit.
@@ -102,8 +102,7 @@ pub enum Parse {
 pub struct SafetensorsHeader {
     header_len: u64,
     file_len: u64,
-    tensors: Vec<TensorInfo>,
-    tensor_sorted: Vec<u32>,
+    tensors: TensorTable,
     metadata: BTreeMap<String, String>,
 }
 
@@ -210,15 +209,12 @@ impl SafetensorsHeader {
     /// Tensor descriptors in data order: by offset, then by end (zero-size
     /// tensors before a tensor starting at the same offset), then by name.
     pub fn tensors(&self) -> &[TensorInfo] {
-        &self.tensors
+        self.tensors.tensors()
     }
 
     /// Index (into [`SafetensorsHeader::tensors`]) of the tensor called `name`.
     pub fn tensor_index(&self, name: &str) -> Option<usize> {
-        self.tensor_sorted
-            .binary_search_by(|&i| self.tensors[i as usize].name.as_str().cmp(name))
-            .ok()
-            .map(|k| self.tensor_sorted[k] as usize)
+        self.tensors.index(name)
     }
 
     /// The `__metadata__` string map; empty when the header has none.
@@ -321,15 +317,12 @@ fn parse_json(json: &[u8], header_len: u64, file_len: u64) -> Result<Safetensors
         )));
     }
 
-    let mut tensor_sorted: Vec<u32> = (0..tensors.len() as u32).collect();
-    tensor_sorted
-        .sort_unstable_by(|&a, &b| tensors[a as usize].name.cmp(&tensors[b as usize].name));
+    let tensors = TensorTable::new(tensors)?;
 
     Ok(SafetensorsHeader {
         header_len,
         file_len,
         tensors,
-        tensor_sorted,
         metadata,
     })
 }

@@ -69,3 +69,42 @@ pub(crate) fn check_overlap(tensors: &[TensorInfo]) -> Result<()> {
     }
     Ok(())
 }
+
+/// Tensor descriptors in file order, indexed by name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TensorTable {
+    tensors: Vec<TensorInfo>,
+    /// Indices into `tensors`, sorted by name.
+    by_name: Vec<u32>,
+}
+
+impl TensorTable {
+    /// Index `tensors` by name; a name that appears twice is
+    /// [`Error::DuplicateTensor`].
+    pub(crate) fn new(tensors: Vec<TensorInfo>) -> Result<TensorTable> {
+        // u32 indices: a table is bounded by the file size, and each entry
+        // takes at least 24 bytes of it.
+        let mut by_name: Vec<u32> = (0..tensors.len() as u32).collect();
+        by_name.sort_unstable_by(|&a, &b| tensors[a as usize].name.cmp(&tensors[b as usize].name));
+        for w in by_name.windows(2) {
+            if tensors[w[0] as usize].name == tensors[w[1] as usize].name {
+                return Err(Error::DuplicateTensor {
+                    name: tensors[w[1] as usize].name.clone(),
+                });
+            }
+        }
+        Ok(TensorTable { tensors, by_name })
+    }
+
+    pub(crate) fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    /// Index (in file order) of the tensor called `name`.
+    pub(crate) fn index(&self, name: &str) -> Option<usize> {
+        self.by_name
+            .binary_search_by(|&i| self.tensors[i as usize].name.as_str().cmp(name))
+            .ok()
+            .map(|k| self.by_name[k] as usize)
+    }
+}

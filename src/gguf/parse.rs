@@ -4,7 +4,7 @@
 use super::metadata::{KvEntry, Metadata, ValueType};
 use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, MAX_NAME_LEN};
 use crate::error::{Error, Result};
-use crate::tensor::{check_overlap, TensorInfo};
+use crate::tensor::{check_overlap, TensorInfo, TensorTable};
 use crate::types::TensorType;
 
 /// Smallest possible key/value entry: key length (8), a 1-byte key, value type (4), a 1-byte value.
@@ -39,8 +39,7 @@ pub struct GgufHeader {
     file_len: u64,
     kvs: Vec<KvEntry>,
     kv_sorted: Vec<u32>,
-    tensors: Vec<TensorInfo>,
-    tensor_sorted: Vec<u32>,
+    tensors: TensorTable,
 }
 
 impl GgufHeader {
@@ -113,15 +112,12 @@ impl GgufHeader {
 
     /// Tensor descriptors in file order.
     pub fn tensors(&self) -> &[TensorInfo] {
-        &self.tensors
+        self.tensors.tensors()
     }
 
     /// Index (in file order) of the tensor called `name`.
     pub fn tensor_index(&self, name: &str) -> Option<usize> {
-        self.tensor_sorted
-            .binary_search_by(|&i| self.tensors[i as usize].name.as_str().cmp(name))
-            .ok()
-            .map(|k| self.tensor_sorted[k] as usize)
+        self.tensors.index(name)
     }
 
     /// Number of metadata entries.
@@ -133,20 +129,6 @@ impl GgufHeader {
     /// this header was parsed from. Values outside `bytes` read as absent.
     pub fn metadata_in<'a>(&'a self, bytes: &'a [u8]) -> Metadata<'a> {
         Metadata::new(bytes, &self.kvs, &self.kv_sorted)
-    }
-
-    /// The byte range `[first tensor start, last tensor end)` in the file, or
-    /// `None` when no tensor has bytes.
-    pub fn tensor_span(&self) -> Option<(u64, u64)> {
-        let mut span: Option<(u64, u64)> = None;
-        for t in self.tensors.iter().filter(|t| t.nbytes > 0) {
-            let (s, e) = (t.file_offset, t.file_offset + t.nbytes);
-            span = Some(match span {
-                None => (s, e),
-                Some((a, b)) => (a.min(s), b.max(e)),
-            });
-        }
-        span
     }
 }
 
@@ -310,16 +292,6 @@ fn parse_inner(cur: &mut Cursor<'_>) -> PResult<GgufHeader> {
         what: "data offset",
     })?;
 
-    let tensor_sorted = sorted_index(tensors.len(), |a, b| tensors[a].name.cmp(&tensors[b].name));
-    for w in tensor_sorted.windows(2) {
-        if tensors[w[0] as usize].name == tensors[w[1] as usize].name {
-            return Err(Error::DuplicateTensor {
-                name: tensors[w[1] as usize].name.clone(),
-            }
-            .into());
-        }
-    }
-
     // Place in the file and check bounds (llama.cpp's rule: the tensor's end,
     // not its padding, must lie within the file).
     for t in &mut tensors {
@@ -340,7 +312,8 @@ fn parse_inner(cur: &mut Cursor<'_>) -> PResult<GgufHeader> {
         }
         t.file_offset = start;
     }
-    check_overlap(&tensors)?;
+    let tensors = TensorTable::new(tensors)?;
+    check_overlap(tensors.tensors())?;
 
     Ok(GgufHeader {
         version,
@@ -351,7 +324,6 @@ fn parse_inner(cur: &mut Cursor<'_>) -> PResult<GgufHeader> {
         kvs,
         kv_sorted,
         tensors,
-        tensor_sorted,
     })
 }
 
