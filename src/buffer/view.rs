@@ -112,13 +112,7 @@ blocks! {
 /// [`Error::ViewType`] if the tensor's type is not `T`'s; [`Error::ViewLayout`]
 /// if the bytes are not a whole number of `T` or not aligned for `T`.
 pub fn view<'a, T: Element>(info: &TensorInfo, bytes: &'a [u8]) -> Result<&'a [T]> {
-    if !T::accepts(info.ty) {
-        return Err(Error::ViewType {
-            tensor: info.name.clone(),
-            expected: T::NAME,
-            found: info.ty,
-        });
-    }
+    check_type::<T>(info)?;
     if bytes.is_empty() {
         // An empty tensor views as an empty slice wherever its (dangling)
         // address is: there is nothing to misalign.
@@ -133,18 +127,24 @@ pub fn view<'a, T: Element>(info: &TensorInfo, bytes: &'a [u8]) -> Result<&'a [T
     })
 }
 
+fn check_type<T: Element>(info: &TensorInfo) -> Result<()> {
+    if T::accepts(info.ty) {
+        Ok(())
+    } else {
+        Err(Error::ViewType {
+            tensor: info.name.clone(),
+            expected: T::NAME,
+            found: info.ty,
+        })
+    }
+}
+
 /// [`view`] for writable bytes (owned copies only).
 ///
 /// # Errors
 /// As [`view`].
 pub fn view_mut<'a, T: Element>(info: &TensorInfo, bytes: &'a mut [u8]) -> Result<&'a mut [T]> {
-    if !T::accepts(info.ty) {
-        return Err(Error::ViewType {
-            tensor: info.name.clone(),
-            expected: T::NAME,
-            found: info.ty,
-        });
-    }
+    check_type::<T>(info)?;
     if bytes.is_empty() {
         return Ok(&mut []);
     }
