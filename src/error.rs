@@ -42,17 +42,6 @@ pub enum Error {
     /// The file is neither GGUF nor safetensors.
     #[error("unknown format: the first bytes are neither the GGUF magic nor a safetensors header")]
     UnknownFormat,
-    /// The file changed length between opening and placing tensors.
-    #[error("{path}: file changed while loading (length {expected} at open, now {found})")]
-    FileChanged {
-        /// The file.
-        path: PathBuf,
-        /// Length when it was opened.
-        expected: u64,
-        /// Length now.
-        found: u64,
-    },
-
     // ---- GGUF header ---------------------------------------------------------
     /// The first four bytes are not `GGUF`.
     #[error("bad magic {found:02x?}: not a GGUF file")]
@@ -400,7 +389,6 @@ impl Error {
             Error::EmptyFile { .. } => "empty_file",
             Error::NotAFile { .. } => "not_a_file",
             Error::UnknownFormat => "unknown_format",
-            Error::FileChanged { .. } => "file_changed",
             Error::BadMagic { .. } => "bad_magic",
             Error::UnsupportedVersion { .. } => "unsupported_version",
             Error::BigEndian { .. } => "big_endian",

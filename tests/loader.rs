@@ -1,7 +1,11 @@
 //! The loader: byte-identical tensors in both modes, every fallback cause,
 //! the mapping's lifetime, typed views and the read-only rule.
 
+mod common;
+
 use std::path::{Path, PathBuf};
+
+use common::pattern;
 use std::sync::Arc;
 
 use weightmap::buffer::{Buffer, BufferType, CpuBufferType, SimDeviceBufferType};
@@ -16,19 +20,6 @@ fn testdata(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Deterministic, non-constant bytes.
-fn pattern(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 /// A file with one tensor of every ggml type, two rows of two blocks each.
 fn every_type_file(dir: &Path, alignment: u64) -> PathBuf {
     let mut w = Writer::new(alignment);
@@ -39,12 +30,7 @@ fn every_type_file(dir: &Path, alignment: u64) -> PathBuf {
         }
         let ne0 = ty.block_size() * 2;
         let n = ty.bytes_for(ne0 * 2).unwrap() as usize;
-        w.tensor(
-            &format!("t.{}", ty.name()),
-            *ty,
-            &[ne0, 2],
-            pattern(n, i as u64),
-        );
+        w.tensor(&format!("t.{}", ty.name()), *ty, &[ne0, 2], pattern(i, n));
     }
     let path = dir.join(format!("every-type-a{alignment}.gguf"));
     std::fs::write(&path, w.to_bytes()).unwrap();
@@ -385,8 +371,8 @@ fn filesystem_refusing_mmap_falls_back() {
 /// A valid file, then the same file with its last tensor one byte short.
 fn short_file(dir: &Path) -> PathBuf {
     let mut w = Writer::new(32);
-    w.tensor("a", TensorType::F32, &[8], pattern(32, 1));
-    w.tensor("b", TensorType::F32, &[9], pattern(36, 2));
+    w.tensor("a", TensorType::F32, &[8], pattern(1, 32));
+    w.tensor("b", TensorType::F32, &[9], pattern(2, 36));
     let mut bytes = w.to_bytes();
     let file = weightmap::gguf::Gguf::parse(&bytes).unwrap();
     let end = file.tensors()[1].file_range().end as usize;
