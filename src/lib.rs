@@ -9,6 +9,7 @@ pub mod gen;
 pub mod gguf;
 pub mod loader;
 pub mod mmap;
+pub mod prefetch;
 pub mod safetensors;
 pub mod tensor;
 pub mod types;
@@ -20,5 +21,6 @@ pub use loader::{
     TensorRef, Weights, WeightsHeader,
 };
 pub use mmap::AccessAdvice;
+pub use prefetch::{AdvicePolicy, PrefetchDecision};
 pub use tensor::TensorInfo;
 pub use types::TensorType;

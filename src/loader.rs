@@ -36,7 +36,9 @@ use crate::buffer::{
 use crate::error::{Error, Result};
 use crate::format::{read_at, read_header, Format, Header};
 use crate::gguf::Metadata;
-use crate::mmap::{AccessAdvice, Mapping};
+use crate::mmap::{AccessAdvice, Mapping, Residency};
+pub use crate::prefetch::{AdvicePolicy, Prefetch};
+use crate::prefetch::{PrefetchDecision, PrefetchProgress, Prefetcher};
 use crate::tensor::TensorInfo;
 
 /// Which load path to take.
@@ -59,19 +61,6 @@ impl LoadMode {
     }
 }
 
-/// Reading the tensor region ahead of use. Off by default: prefetching a
-/// large model blocks the load and can itself trigger memory-pressure kills.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Prefetch {
-    /// No prefetch: pages fault in as tensors are used.
-    #[default]
-    None,
-    /// `MADV_WILLNEED`: start read-ahead and return.
-    WillNeed,
-    /// Touch every page before returning: no first-touch faults later.
-    Populate,
-}
-
 /// How to load.
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
@@ -81,9 +70,11 @@ pub struct LoadOptions {
     /// (default `true`). Off, the mapped path's failure is returned as
     /// [`Error::MmapFailed`].
     pub fallback: bool,
-    /// Access advice for the mapped tensor region (default random).
-    pub advice: AccessAdvice,
-    /// Prefetch of the mapped tensor region (default none).
+    /// Access advice for the mapped tensor region (default
+    /// [`AdvicePolicy::PerTensor`]: `MADV_RANDOM` on row-lookup tables only).
+    pub advice: AdvicePolicy,
+    /// Prefetch of the mapped tensor region (default
+    /// [`Prefetch::Background`] within 50% of the available memory).
     pub prefetch: Prefetch,
     /// `mlock` the mapping (default off). Failure is an error ([`Error::Mlock`]).
     pub mlock: bool,
@@ -103,8 +94,8 @@ impl Default for LoadOptions {
         LoadOptions {
             mode: LoadMode::Mmap,
             fallback: true,
-            advice: AccessAdvice::Random,
-            prefetch: Prefetch::None,
+            advice: AdvicePolicy::PerTensor,
+            prefetch: Prefetch::DEFAULT,
             mlock: false,
             buffer_type: Arc::new(CpuBufferType::new()),
             staging_bytes: 4 << 20,
@@ -259,6 +250,12 @@ pub struct LoadReport {
     pub file_len: u64,
     /// Wall time of the whole load, including any failed mapped attempt.
     pub elapsed: Duration,
+    /// What the prefetch policy did (see [`Weights::prefetch_progress`] for
+    /// how far a background prefetch has got).
+    pub prefetch: PrefetchDecision,
+    /// The tensors advised `MADV_RANDOM` as row-lookup tables under
+    /// [`AdvicePolicy::PerTensor`] (empty otherwise, and on the stream path).
+    pub random_access_tensors: Vec<String>,
 }
 
 /// A file mapped read-only with every tensor placed in one non-owning CPU
@@ -269,9 +266,14 @@ pub struct LoadReport {
 /// borrow this value) are gone.
 #[derive(Debug)]
 pub struct MappedWeights {
+    path: std::path::PathBuf,
     header: Header,
     buffer: MappedBuffer,
     placements: Vec<Placement>,
+    /// Dropped (stopped and joined) before the rest.
+    prefetcher: Option<Prefetcher>,
+    prefetch: PrefetchDecision,
+    random_access: Vec<usize>,
 }
 
 impl MappedWeights {
@@ -431,17 +433,8 @@ unsafe fn map_path_on(
 
     let (start, end) = header.tensor_region();
     let (start, end) = (start as usize, end as usize);
-    // Advice is advisory (llama.cpp only warns when it fails); so is WILLNEED.
-    let _ = map.advise(opts.advice, start, end);
-    match opts.prefetch {
-        Prefetch::None => {}
-        Prefetch::WillNeed => {
-            let _ = map.will_need(start, end);
-        }
-        Prefetch::Populate => {
-            map.populate(start, end);
-        }
-    }
+    // Access advice: MADV_RANDOM only where reads really are by row.
+    let random_access = crate::prefetch::apply_advice(&map, &header, opts.advice, start, end);
     if opts.mlock {
         map.lock().map_err(|source| {
             MapFail::Error(Error::Mlock {
@@ -467,11 +460,42 @@ unsafe fn map_path_on(
         .map_err(MapFail::Error)?;
         placements.push(p);
     }
+
+    // Last, once everything is validated and placed: the prefetch.
+    let bytes = (end - start) as u64;
+    let (prefetcher, prefetch) = match opts.prefetch {
+        Prefetch::None => (None, PrefetchDecision::Off),
+        Prefetch::WillNeed => {
+            map.will_need(start, end);
+            (None, PrefetchDecision::WillNeed { bytes })
+        }
+        Prefetch::Populate => {
+            crate::prefetch::populate(&map, start, end);
+            (None, PrefetchDecision::Populated { bytes })
+        }
+        Prefetch::Background { max_percent } => Prefetcher::start(
+            &map,
+            start,
+            end,
+            max_percent,
+            crate::prefetch::mem_available,
+        ),
+    };
     Ok(MappedWeights {
+        path: path.to_owned(),
         header,
         buffer,
         placements,
+        prefetcher,
+        prefetch,
+        random_access,
     })
+}
+
+/// A file offset as a mapping offset; offsets past `usize` clamp (the
+/// mapping clamps them again to its length).
+fn clamp(v: u64) -> usize {
+    usize::try_from(v).unwrap_or(usize::MAX)
 }
 
 /// Tensors streamed into one owned buffer.
@@ -616,6 +640,12 @@ impl Weights {
                         bytes_copied: 0,
                         file_len: m.header.file_len(),
                         elapsed: t0.elapsed(),
+                        prefetch: m.prefetch.clone(),
+                        random_access_tensors: m
+                            .random_access
+                            .iter()
+                            .map(|&i| m.header.tensors()[i].name.clone())
+                            .collect(),
                     };
                     return Ok(Weights {
                         storage: Storage::Mapped(m),
@@ -642,6 +672,8 @@ impl Weights {
             bytes_copied: copied,
             file_len: s.header.file_len(),
             elapsed: t0.elapsed(),
+            prefetch: PrefetchDecision::NotMapped,
+            random_access_tensors: Vec::new(),
         };
         Ok(Weights {
             storage: Storage::Streamed(s),
@@ -695,6 +727,110 @@ impl Weights {
             Storage::Mapped(m) => Some(m),
             Storage::Streamed(_) => None,
         }
+    }
+
+    /// How far the background prefetch has got: `None` when none was
+    /// started (see [`LoadReport::prefetch`] for why).
+    pub fn prefetch_progress(&self) -> Option<PrefetchProgress> {
+        self.mapped()?.prefetcher.as_ref().map(Prefetcher::progress)
+    }
+
+    /// Block until the background prefetch, if one runs, has finished or
+    /// stopped: for a runtime that wants every page read before its first
+    /// pass (the reads began when `load` returned, so this waits only for
+    /// what is left).
+    pub fn wait_prefetch(&self) -> Option<PrefetchProgress> {
+        self.mapped()?.prefetcher.as_ref().map(Prefetcher::wait)
+    }
+
+    /// Re-advise the pages of tensor `name` (`MADV_RANDOM` on the whole
+    /// pages inside the tensor, so neighbours keep their advice; the others
+    /// from the page holding its first byte). A documented no-op on streamed
+    /// weights, whose bytes are owned memory.
+    ///
+    /// # Errors
+    /// [`Error::TensorNotFound`].
+    pub fn advise(&self, name: &str, access: AccessAdvice) -> Result<()> {
+        let i = self.index_of(name)?;
+        let r = self.tensor_infos()[i].file_range();
+        self.advise_file_range(r, access);
+        Ok(())
+    }
+
+    /// Re-advise the pages of the file range `range` of the mapping, as
+    /// [`Weights::advise`] does for a tensor; clamped to the file. A no-op
+    /// on streamed weights.
+    pub fn advise_file_range(&self, range: std::ops::Range<u64>, access: AccessAdvice) {
+        if let Some(m) = self.mapped() {
+            let map = m.buffer.mapping();
+            let (s, e) = (clamp(range.start), clamp(range.end));
+            let _ = match access {
+                AccessAdvice::Random => map.advise_inward(access, s, e),
+                _ => map.advise(access, s, e),
+            };
+        }
+    }
+
+    /// Drop tensor `name`'s pages from memory (`MADV_DONTNEED` on this
+    /// mapping, then `POSIX_FADV_DONTNEED` on the page cache), rounded
+    /// inward to whole pages so neighbours stay: for a runtime that has
+    /// copied the tensor to a device (llama.cpp's `unmap_fragment`). The
+    /// tensor still reads correctly afterwards: its pages are read from the
+    /// file again. A running background prefetch may read them back in;
+    /// call [`Weights::wait_prefetch`] first. The kernel drops page-cache
+    /// pages by folio: a large folio (up to 2 MiB on Linux 6.x) that also
+    /// holds a neighbour's mapped bytes stays cached at each edge. A
+    /// documented no-op on streamed weights.
+    ///
+    /// # Errors
+    /// [`Error::TensorNotFound`], or [`Error::Io`] if `madvise` fails.
+    pub fn release(&self, name: &str) -> Result<()> {
+        let i = self.index_of(name)?;
+        let r = self.tensor_infos()[i].file_range();
+        self.release_file_range(r)
+    }
+
+    /// [`Weights::release`] for every tensor: the whole tensor region.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if `madvise` fails.
+    pub fn release_all(&self) -> Result<()> {
+        let (s, e) = self.header().tensor_region();
+        self.release_file_range(s..e)
+    }
+
+    fn release_file_range(&self, range: std::ops::Range<u64>) -> Result<()> {
+        let Some(m) = self.mapped() else {
+            return Ok(());
+        };
+        m.buffer
+            .mapping()
+            .release(clamp(range.start), clamp(range.end))
+            .map_err(|e| Error::io("madvise", &m.path, e))
+    }
+
+    /// How much of tensor `name` is in the page cache (`mincore`); `None`
+    /// on streamed weights.
+    ///
+    /// # Errors
+    /// [`Error::TensorNotFound`], or [`Error::Io`] if `mincore` fails.
+    pub fn residency(&self, name: &str) -> Result<Option<Residency>> {
+        let i = self.index_of(name)?;
+        let r = self.tensor_infos()[i].file_range();
+        let Some(m) = self.mapped() else {
+            return Ok(None);
+        };
+        m.buffer
+            .mapping()
+            .residency(clamp(r.start), clamp(r.end))
+            .map(Some)
+            .map_err(|e| Error::io("mincore", &m.path, e))
+    }
+
+    fn index_of(&self, name: &str) -> Result<usize> {
+        self.header()
+            .tensor_index(name)
+            .ok_or_else(|| Error::TensorNotFound { name: name.into() })
     }
 
     fn placements(&self) -> &[Placement] {

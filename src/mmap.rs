@@ -8,20 +8,61 @@
 
 use std::fs::File;
 use std::io;
+use std::path::Path;
 
 use memmap2::{Advice, Mmap, MmapOptions};
 
-/// How the kernel should expect the tensor region to be read.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// How the kernel should expect a range of the mapping to be read.
+///
+/// Advice is advisory: the kernel may ignore it, and weightmap ignores its
+/// failure (as llama.cpp only warns).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum AccessAdvice {
-    /// `MADV_RANDOM`: no read-ahead; pages fault in where they are used. The default,
-    /// as in llama.cpp: a runtime touches weights layer by layer, not in file order.
+    /// `MADV_NORMAL`: the kernel's default read-ahead around each fault.
     #[default]
-    Random,
-    /// `MADV_SEQUENTIAL`: aggressive read-ahead.
-    Sequential,
-    /// `MADV_NORMAL`: the kernel's default read-ahead.
     Normal,
+    /// `MADV_RANDOM`: no read-ahead; each first touch reads one page. Right
+    /// for a table read by row (a token-embedding lookup), where read-ahead
+    /// would pull in rows no lookup needs; ruinous for a tensor read whole
+    /// from a cold cache (one synchronous 4 KiB read per page).
+    Random,
+    /// `MADV_SEQUENTIAL`: aggressive read-ahead, and pages may be reclaimed
+    /// soon after use.
+    Sequential,
+    /// `MADV_WILLNEED`: start reading the range now, and return.
+    WillNeed,
+}
+
+impl AccessAdvice {
+    /// `"normal"`, `"random"`, `"sequential"` or `"willneed"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AccessAdvice::Normal => "normal",
+            AccessAdvice::Random => "random",
+            AccessAdvice::Sequential => "sequential",
+            AccessAdvice::WillNeed => "willneed",
+        }
+    }
+}
+
+/// How many pages of a range are in the page cache (`mincore`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Residency {
+    /// Pages of the range that are resident.
+    pub resident_pages: u64,
+    /// Pages the range spans.
+    pub total_pages: u64,
+}
+
+impl Residency {
+    /// The resident fraction, from 0 to 1 (1 for an empty range).
+    pub fn fraction(&self) -> f64 {
+        if self.total_pages == 0 {
+            1.0
+        } else {
+            self.resident_pages as f64 / self.total_pages as f64
+        }
+    }
 }
 
 /// Whether a mapped file is supported on this platform.
@@ -38,6 +79,9 @@ pub const SUPPORTED: bool = cfg!(unix);
 #[derive(Debug)]
 pub struct Mapping {
     map: Mmap,
+    /// The mapped file, for page-cache advice on its ranges.
+    #[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(dead_code))]
+    file: File,
 }
 
 impl Mapping {
@@ -55,7 +99,10 @@ impl Mapping {
         // the mapping lives. PROT_READ + MAP_PRIVATE means nothing in this
         // process can write through the map.
         let map = unsafe { MmapOptions::new().map_copy_read_only(file)? };
-        Ok(Mapping { map })
+        Ok(Mapping {
+            map,
+            file: file.try_clone()?,
+        })
     }
 
     /// The mapped bytes.
@@ -87,9 +134,38 @@ impl Mapping {
         (start, end - start)
     }
 
-    /// Apply `advice` to `[start, end)`. Advisory: the caller may ignore failure.
+    /// Round `[start, end)` inward to whole pages, clamped to the map: the
+    /// pages that hold nothing but bytes of the range, so that advice or a
+    /// release on them cannot affect a neighbour.
+    fn page_range_inward(&self, start: usize, end: usize) -> (usize, usize) {
+        let page = page_size();
+        let end = end.min(self.map.len());
+        let start = start.min(end).next_multiple_of(page);
+        // The mapping's last page ends the file: a partial last page holds
+        // no neighbour's bytes, so it belongs to the range.
+        let end = if end == self.map.len() {
+            end
+        } else {
+            end / page * page
+        };
+        (start, end.saturating_sub(start))
+    }
+
+    /// Apply `advice` to `[start, end)`, the start rounded down to a page.
+    /// Advisory: the caller may ignore failure.
     pub fn advise(&self, advice: AccessAdvice, start: usize, end: usize) -> io::Result<()> {
         let (off, len) = self.page_range(start, end);
+        self.advise_pages(advice, off, len)
+    }
+
+    /// Apply `advice` only to the whole pages inside `[start, end)`, so that
+    /// pages shared with a neighbouring tensor keep their advice.
+    pub fn advise_inward(&self, advice: AccessAdvice, start: usize, end: usize) -> io::Result<()> {
+        let (off, len) = self.page_range_inward(start, end);
+        self.advise_pages(advice, off, len)
+    }
+
+    fn advise_pages(&self, advice: AccessAdvice, off: usize, len: usize) -> io::Result<()> {
         if len == 0 {
             return Ok(());
         }
@@ -97,36 +173,190 @@ impl Mapping {
             AccessAdvice::Random => Advice::Random,
             AccessAdvice::Sequential => Advice::Sequential,
             AccessAdvice::Normal => Advice::Normal,
+            AccessAdvice::WillNeed => Advice::WillNeed,
         };
         self.map.advise_range(a, off, len)
     }
 
-    /// Ask the kernel to read `[start, end)` ahead (`MADV_WILLNEED`).
-    pub fn will_need(&self, start: usize, end: usize) -> io::Result<()> {
+    /// Queue reads of `[start, end)` into the page cache (`MADV_WILLNEED`)
+    /// and return without waiting for them. The kernel reads a WILLNEED
+    /// range whatever the range's access advice, but caps one call at the
+    /// device's read-ahead size, so the range is advised in 1 MiB pieces.
+    /// Advisory: failure is ignored.
+    pub fn will_need(&self, start: usize, end: usize) {
+        const PIECE: usize = 1 << 20;
+        let (mut off, len) = self.page_range(start, end);
+        let end = off + len;
+        while off < end {
+            let n = PIECE.min(end - off);
+            let _ = self.map.advise_range(Advice::WillNeed, off, n);
+            off += n;
+        }
+    }
+
+    /// Wait until `[start, end)` is in the page cache and mapped
+    /// (`MADV_POPULATE_READ`, Linux 5.14+), so that a later first touch
+    /// takes no fault. Pages not yet read are read here, under the range's
+    /// advice: queue them with [`Mapping::will_need`] first for large reads.
+    /// Mapped bytes are never dereferenced, so a file truncated underneath
+    /// gives an error (`EFAULT`), not `SIGBUS`. Where the kernel or platform
+    /// lacks `MADV_POPULATE_READ`, this is `MADV_WILLNEED`.
+    ///
+    /// # Errors
+    /// What `madvise` returns, such as `EFAULT` past a truncated end.
+    pub fn populate_read(&self, start: usize, end: usize) -> io::Result<()> {
         let (off, len) = self.page_range(start, end);
         if len == 0 {
             return Ok(());
         }
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        match self.map.advise_range(Advice::PopulateRead, off, len) {
+            // EINVAL: a kernel older than 5.14.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            r => return r,
+        }
         self.map.advise_range(Advice::WillNeed, off, len)
     }
 
-    /// Touch one byte per page of `[start, end)` so every page is resident
-    /// and mapped before the first real use (no first-touch faults later).
-    pub fn populate(&self, start: usize, end: usize) -> u64 {
-        let (off, len) = self.page_range(start, end);
-        let page = page_size();
-        let bytes = &self.map[off..off + len];
-        let mut acc = 0u64;
-        for i in (0..bytes.len()).step_by(page) {
-            acc = acc.wrapping_add(u64::from(bytes[i]));
+    /// Drop the whole pages inside `[start, end)` from this mapping
+    /// (`MADV_DONTNEED`) and then from the page cache
+    /// (`POSIX_FADV_DONTNEED`, where the platform has it, which drops only
+    /// clean pages no other mapping holds). Rounded inward, so a neighbour's
+    /// pages stay. Reading the range again faults the same bytes back in
+    /// from the file.
+    ///
+    /// # Errors
+    /// What `madvise` returns.
+    pub fn release(&self, start: usize, end: usize) -> io::Result<()> {
+        let (off, len) = self.page_range_inward(start, end);
+        if len == 0 {
+            return Ok(());
         }
-        std::hint::black_box(acc)
+        // SAFETY: MADV_DONTNEED discards a private mapping's pages, and with
+        // them any copy-on-write changes; this mapping is PROT_READ and never
+        // written, so it has none, and the next access re-reads the file's
+        // bytes, which the mapping's contract says do not change. The range
+        // lies inside the mapping (page_range_inward clamps it).
+        unsafe {
+            self.map
+                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, off, len)?;
+        }
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            use std::os::fd::AsRawFd;
+            // SAFETY: posix_fadvise only reads its integer arguments; an
+            // invalid descriptor or range is reported as an error code.
+            let _ = unsafe {
+                libc::posix_fadvise(
+                    self.file.as_raw_fd(),
+                    off as libc::off_t,
+                    len as libc::off_t,
+                    libc::POSIX_FADV_DONTNEED,
+                )
+            };
+        }
+        Ok(())
+    }
+
+    /// How much of `[start, end)` is in the page cache (`mincore`).
+    ///
+    /// # Errors
+    /// What `mincore` returns.
+    pub fn residency(&self, start: usize, end: usize) -> io::Result<Residency> {
+        let (off, len) = self.page_range(start, end);
+        mincore(self.map.as_ptr(), off, len)
     }
 
     /// `mlock` the whole mapping. munmap unlocks it when the mapping drops.
     pub fn lock(&self) -> io::Result<()> {
         self.map.lock()
     }
+}
+
+/// `mincore` over `[off, off + len)` of the mapping that starts at `base`
+/// (page-aligned; `off` a multiple of the page size).
+fn mincore(base: *const u8, off: usize, len: usize) -> io::Result<Residency> {
+    let page = page_size();
+    let pages = len.div_ceil(page);
+    if pages == 0 {
+        return Ok(Residency::default());
+    }
+    #[cfg(unix)]
+    {
+        let mut vec = Vec::new();
+        vec.try_reserve_exact(pages)
+            .map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
+        vec.resize(pages, 0u8);
+        // SAFETY: `base + off` is page-aligned and `[base + off, + len)` lies
+        // inside a live mapping (the callers clamp it); `vec` has one
+        // writable byte per page of that range, as mincore requires. mincore
+        // reads no mapped byte.
+        let rc = unsafe {
+            libc::mincore(
+                base.wrapping_add(off) as *mut libc::c_void,
+                len,
+                vec.as_mut_ptr().cast(),
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let resident = vec.iter().filter(|&&b| b & 1 != 0).count();
+        Ok(Residency {
+            resident_pages: resident as u64,
+            total_pages: pages as u64,
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = base;
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
+}
+
+/// Drop `path`'s clean pages from the page cache
+/// (`posix_fadvise(POSIX_FADV_DONTNEED)`, which needs no privilege), after
+/// writing back any dirty ones, so that the next read comes from storage:
+/// how a cold start is measured. Pages that some process has mapped stay.
+///
+/// # Errors
+/// Opening the file; `Unsupported` where the platform has no `posix_fadvise`.
+pub fn evict(path: &Path) -> io::Result<()> {
+    let file = File::open(path)?;
+    // Dirty pages cannot be dropped; write them back first. A file opened
+    // read-only can still be synced on Linux; failure only leaves pages.
+    let _ = file.sync_data();
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: posix_fadvise only reads its integer arguments; offset 0
+        // with length 0 means the whole file.
+        let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        Ok(())
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
+/// How much of the file at `path` is in the page cache, measured with
+/// `mincore` over a mapping whose bytes are never read (what `fincore`
+/// prints).
+///
+/// # Errors
+/// Opening or mapping the file, or `mincore`.
+pub fn file_residency(path: &Path) -> io::Result<Residency> {
+    let file = File::open(path)?;
+    if file.metadata()?.len() == 0 {
+        return Ok(Residency::default());
+    }
+    // SAFETY: the mapping's bytes are never read or handed out: mincore
+    // looks only at which pages are cached, so a file changing underneath
+    // cannot affect memory this code reads.
+    let map = unsafe { MmapOptions::new().map(&file)? };
+    mincore(map.as_ptr(), 0, map.len())
 }
 
 /// The system page size.

@@ -278,9 +278,21 @@ fn load_both_modes_give_the_same_bytes() {
         "bytes_mapped",
         "bytes_copied",
         "load_ms",
+        "touch_ms",
+        "ready_ms",
+        "major_faults",
+        "minor_faults",
+        "resident_before_pct",
+        "prefetch",
+        "prefetch_kind",
+        "prefetched_bytes",
+        "random_access_tensors",
         "rss_anon_kib",
         "rss_file_kib",
         "vm_hwm_kib",
+        "rss_anon_after_touch_kib",
+        "rss_file_after_touch_kib",
+        "vm_hwm_after_touch_kib",
         "tensors",
     ];
     for v in [&mmap, &stream] {
@@ -338,6 +350,60 @@ fn load_misaligned_file_falls_back_or_fails() {
     let v = load_json(&f, "stream", &["--no-fallback"]);
     assert_eq!(v["mode_used"], "stream");
     assert_eq!(v["fallback"], Value::Null);
+}
+
+#[test]
+fn load_touch_and_evict_report_ready_time_faults_and_residency() {
+    // Under the target directory, on a disk filesystem (eviction cannot
+    // drop the pages of a RAM filesystem).
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let f = gen_small(dir.path(), "m.gguf", "gguf");
+    std::fs::File::open(&f).unwrap().sync_all().unwrap();
+    let plain = load_json(&f, "mmap", &[]);
+    for k in [
+        "touch_ms",
+        "ready_ms",
+        "resident_before_pct",
+        "rss_anon_after_touch_kib",
+    ] {
+        assert!(plain[k].is_null(), "{k} without --touch/--evict");
+    }
+    assert!(plain["major_faults"].is_u64() && plain["minor_faults"].is_u64());
+    assert_eq!(plain["prefetch_kind"], "background");
+    assert!(plain["prefetch"]
+        .as_str()
+        .unwrap()
+        .starts_with("background"));
+
+    for mode in ["mmap", "stream"] {
+        let v = load_json(&f, mode, &["--touch", "--evict"]);
+        let (load, touch, ready) = (
+            v["load_ms"].as_f64().unwrap(),
+            v["touch_ms"].as_f64().unwrap(),
+            v["ready_ms"].as_f64().unwrap(),
+        );
+        assert!((ready - (load + touch)).abs() < 0.01, "{v}");
+        assert!(v["resident_before_pct"].as_f64().unwrap() < 10.0, "{v}");
+        assert!(v["major_faults"].is_u64() && v["minor_faults"].is_u64());
+        assert!(v["rss_anon_after_touch_kib"].is_u64());
+    }
+    let stream = load_json(&f, "stream", &["--touch"]);
+    assert_eq!(stream["prefetch_kind"], "not_mapped");
+    let random = load_json(&f, "mmap", &["--advice", "random", "--prefetch", "off"]);
+    assert_eq!(random["prefetch"], "off");
+
+    let o = run(&["load", p(&f), "--touch", "--evict"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    for label in [
+        "touch time:",
+        "ready time:",
+        "major faults:",
+        "resident before:",
+        "prefetch:",
+    ] {
+        assert!(out.contains(label), "{label}: {out}");
+    }
 }
 
 #[test]
@@ -470,34 +536,63 @@ fn bench_reports_identical_bytes() {
     assert_eq!(v["tensors_compared"], 23);
     assert_eq!(v["page_cache"], "warm");
     assert_eq!(v["iters"], 1);
-    for mode in ["mmap", "stream", "baseline"] {
+    let modes = ["mmap", "mmap-random", "mmap-normal", "stream", "baseline"];
+    assert_eq!(v["order"], serde_json::json!(modes));
+    for mode in modes {
         let m = &v["modes"][mode];
-        assert_eq!(
-            m["load_ms"]["samples"].as_array().unwrap().len(),
-            1,
-            "{mode}"
-        );
-        assert!(m["load_ms"]["median"].is_number(), "{mode}");
+        for k in ["load_ms", "ready_ms"] {
+            assert_eq!(m[k]["samples"].as_array().unwrap().len(), 1, "{mode} {k}");
+            assert!(m[k]["median"].is_number(), "{mode} {k}");
+        }
+        assert!(m["peak_rss_anon_after_touch_kib"].is_u64(), "{mode}");
     }
     assert_eq!(v["modes"]["mmap"]["bytes_copied"], 0);
-    assert!(
-        v["ratios"]["stream_over_mmap_median"].is_number()
-            || v["ratios"]["stream_over_mmap_median"].is_null()
-    );
+    assert_eq!(v["modes"]["mmap-random"]["prefetch"], "off");
+    for r in ["mmap_over_stream_ready", "mmap_over_best_advice_ready"] {
+        assert!(v["ratios"][r].is_number(), "{r}");
+    }
 
-    // Mapping impossible: bench says so instead of timing a silent fallback.
-    let err = assert_fails(&[
+    // Cold: every run evicts first; two modes only.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let f = gen_small(dir.path(), "m.gguf", "gguf");
+    std::fs::File::open(&f).unwrap().sync_all().unwrap();
+    let v = run_json(&[
+        "bench",
+        p(&f),
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+        "--json",
+        "--cold",
+        "--modes",
+        "mmap,stream",
+    ]);
+    assert_eq!(v["page_cache"], "cold");
+    assert_eq!(v["order"], serde_json::json!(["mmap", "stream"]));
+    assert!(
+        v["modes"]["mmap"]["resident_before_pct_max"]
+            .as_f64()
+            .unwrap()
+            < 10.0,
+        "{v}"
+    );
+    assert_eq!(v["identical_bytes"], true);
+
+    // A file that needs the fallback: bench runs and says so.
+    let v = run_json(&[
         "bench",
         p(&testdata("align8.gguf")),
         "--iters",
         "1",
         "--warmup",
         "0",
+        "--json",
     ]);
-    assert!(
-        err.contains("--no-fallback") && err.contains("b.f16x5"),
-        "{err}"
-    );
+    assert_eq!(v["modes"]["mmap"]["mode_used"], "stream");
+    let fb = v["modes"]["mmap"]["fallback"].as_str().unwrap();
+    assert!(fb.contains("misaligned") && fb.contains("b.f16x5"), "{fb}");
+    assert_eq!(v["identical_bytes"], true);
 }
 
 /// Slow (writes the 512 MiB default model twice over the run): run with

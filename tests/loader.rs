@@ -545,17 +545,30 @@ fn prefetch_advice_and_lock_options_keep_bytes_identical() {
     let dir = tempfile::tempdir().unwrap();
     let path = every_type_file(dir.path(), 32);
     let plain = all_bytes(&load(&path, &LoadOptions::default()).unwrap());
-    for (prefetch, advice) in [
-        (Prefetch::WillNeed, weightmap::AccessAdvice::Sequential),
-        (Prefetch::Populate, weightmap::AccessAdvice::Normal),
+    // Their effect on the page cache and the mapping is asserted in
+    // tests/ready.rs (mincore, smaps VmFlags); here, that the report says
+    // what ran and the bytes do not change.
+    for (prefetch, advice, kind) in [
+        (
+            Prefetch::WillNeed,
+            weightmap::AccessAdvice::Sequential,
+            "willneed",
+        ),
+        (
+            Prefetch::Populate,
+            weightmap::AccessAdvice::Normal,
+            "populated",
+        ),
+        (Prefetch::None, weightmap::AccessAdvice::Random, "off"),
     ] {
         let opts = LoadOptions {
             prefetch,
-            advice,
+            advice: weightmap::AdvicePolicy::Uniform(advice),
             ..Default::default()
         };
         let w = load(&path, &opts).unwrap();
         assert_eq!(w.report().mode_used, LoadMode::Mmap);
+        assert_eq!(w.report().prefetch.kind(), kind);
         assert_eq!(all_bytes(&w), plain);
     }
     // mlock: either it works, or the error names RLIMIT_MEMLOCK.

@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use super::proc_status::MemStatus;
+use super::proc_status::{Faults, MemStatus};
+use super::touch::touch;
 use super::{emit, round3, CliError, CliResult};
 
 /// Arguments of `read-baseline`.
@@ -20,10 +21,22 @@ pub struct Args {
     /// Print JSON (the only output; accepted for symmetry with `load`).
     #[arg(long)]
     json: bool,
+    /// Read every byte of the buffer once after the read, as `load --touch`.
+    #[arg(long)]
+    touch: bool,
+    /// Drop the file from the page cache first, as `load --evict`.
+    #[arg(long)]
+    evict: bool,
 }
 
 pub fn run(a: &Args) -> CliResult {
     let path = a.file.display();
+    let resident_before = if a.evict {
+        Some(super::load::evict(&a.file)?)
+    } else {
+        None
+    };
+    let faults0 = Faults::read();
     let t0 = Instant::now();
     let mut f = File::open(&a.file).map_err(|e| CliError::msg(format!("open {path}: {e}")))?;
     let len = f
@@ -38,12 +51,31 @@ pub fn run(a: &Args) -> CliResult {
     let elapsed = t0.elapsed();
     let mem = MemStatus::read();
     std::hint::black_box(&buf);
+    let load_ms = elapsed.as_secs_f64() * 1e3;
+    let touch_ms = a.touch.then(|| {
+        let t1 = Instant::now();
+        touch(&buf);
+        t1.elapsed().as_secs_f64() * 1e3
+    });
+    let faults = match (faults0, Faults::read()) {
+        (Some(a), Some(b)) => Some(b.since(a)),
+        _ => None,
+    };
+    let after = MemStatus::read();
     let out = json!({
         "bytes": len as u64,
-        "load_ms": round3(elapsed.as_secs_f64() * 1e3),
+        "load_ms": round3(load_ms),
+        "touch_ms": touch_ms.map(round3),
+        "ready_ms": touch_ms.map(|t| round3(load_ms + t)),
+        "major_faults": faults.map(|f| f.major),
+        "minor_faults": faults.map(|f| f.minor),
+        "resident_before_pct": resident_before.map(round3),
         "rss_anon_kib": mem.rss_anon_kib,
         "rss_file_kib": mem.rss_file_kib,
         "vm_hwm_kib": mem.vm_hwm_kib,
+        "rss_anon_after_touch_kib": a.touch.then_some(after.rss_anon_kib).flatten(),
+        "rss_file_after_touch_kib": a.touch.then_some(after.rss_file_kib).flatten(),
+        "vm_hwm_after_touch_kib": a.touch.then_some(after.vm_hwm_kib).flatten(),
     });
     // One line: only `bench` reads this.
     emit(&format!("{out}\n"))

@@ -1,4 +1,5 @@
-//! `weightmap bench [FILE] [--iters N] [--warmup N] [--json] [--format gguf|safetensors]`.
+//! `weightmap bench [FILE] [--iters N] [--warmup N] [--cold] [--modes LIST] [--json]
+//! [--format gguf|safetensors]`.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -17,16 +18,32 @@ use super::load::hex;
 use super::{emit, human_bytes, json_text, round3, table, CliError, CliResult, FormatArg};
 
 pub const LONG_ABOUT: &str = "\
-Compare the mapped and stream load paths, each in fresh processes.
+Compare load paths by what a runtime waits for, each run in a fresh process.
 
-For each iteration, bench runs `weightmap load FILE --mode mmap --no-fallback
---json`, `weightmap load FILE --mode stream --json` and a baseline that reads
-the whole file into one buffer with a single sequential read, each in a new
-child process, interleaved (mmap, stream, baseline, mmap, ...) so that drift
-affects all alike. Warmup iterations are run the same way and discarded.
-The file is read once before timing so that every run finds it in the page
-cache. One more child per mode loads with --hashes, and the sha256 of every
-tensor is compared across the two modes.
+Every run is a child `weightmap load FILE ... --touch --json`: it loads, then
+reads every tensor byte once in file order (a first forward pass), and
+reports the load time and the ready time (load plus touch), page faults and
+memory. The modes (--modes, in this order by default):
+
+  mmap          the library's defaults: mapped, MADV_RANDOM on row-lookup
+                tables only, background prefetch within half of MemAvailable
+  mmap-random   mapped, MADV_RANDOM over the whole region, no prefetch
+                (weightmap's default before 0.2)
+  mmap-normal   mapped, MADV_NORMAL over the whole region, no prefetch
+                (the kernel's default read-ahead)
+  stream        read into one owned buffer
+  baseline      one read() of the whole file into one Vec, then the touch
+
+and, on request, mmap-sequential (MADV_SEQUENTIAL, no prefetch) and
+mmap-populate (read and map every page before returning, as llama.cpp).
+
+Runs are interleaved (mmap, mmap-random, ..., mmap, ...) so that drift
+affects all alike; warmup iterations are run the same way and discarded.
+Without --cold the file is read once before timing so every run finds it in
+the page cache. With --cold every run first drops the file from the page
+cache (posix_fadvise POSIX_FADV_DONTNEED, no privilege needed) and reports
+how much was still resident. One more child per mapped and stream mode loads
+with --hashes, and the sha256 of every tensor is compared across modes.
 
 Without FILE, a default synthetic model (512 MiB of tensors, 300 tensors,
 262,144-token vocabulary, mixed f32/f16/q8_0/q4_K/q6_K) is generated once
@@ -48,6 +65,13 @@ pub struct Args {
     /// Discarded iterations per mode, before the timed ones.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(0..=100_000))]
     warmup: u64,
+    /// Evict the file from the page cache before every run.
+    #[arg(long)]
+    cold: bool,
+    /// The modes to run, comma-separated (see above).
+    #[arg(long, value_enum, value_delimiter = ',',
+          default_values_t = [Kind::Mmap, Kind::MmapRandom, Kind::MmapNormal, Kind::Stream, Kind::Baseline])]
+    modes: Vec<Kind>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -56,39 +80,65 @@ pub struct Args {
     format: Option<FormatArg>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+/// A way of loading that bench times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kind {
+    /// Mapped, library defaults.
     Mmap,
+    /// Mapped, MADV_RANDOM everywhere, no prefetch.
+    MmapRandom,
+    /// Mapped, MADV_NORMAL everywhere, no prefetch.
+    MmapNormal,
+    /// Mapped, MADV_SEQUENTIAL everywhere, no prefetch.
+    MmapSequential,
+    /// Mapped, every page read before returning.
+    MmapPopulate,
+    /// Streamed into an owned buffer.
     Stream,
+    /// One read() of the whole file, then the touch.
     Baseline,
 }
-
-const KINDS: [Kind; 3] = [Kind::Mmap, Kind::Stream, Kind::Baseline];
 
 impl Kind {
     fn name(self) -> &'static str {
         match self {
             Kind::Mmap => "mmap",
+            Kind::MmapRandom => "mmap-random",
+            Kind::MmapNormal => "mmap-normal",
+            Kind::MmapSequential => "mmap-sequential",
+            Kind::MmapPopulate => "mmap-populate",
             Kind::Stream => "stream",
             Kind::Baseline => "baseline",
         }
     }
 
-    fn args(self, file: &Path, hashes: bool) -> Vec<OsString> {
-        let mut v: Vec<OsString> = match self {
+    fn mapped(self) -> bool {
+        !matches!(self, Kind::Stream | Kind::Baseline)
+    }
+
+    fn args(self, file: &Path, cold: bool, hashes: bool) -> Vec<OsString> {
+        let mode = |m: &str, extra: &[&str]| {
+            let mut v: Vec<OsString> = vec!["load".into(), file.into(), "--mode".into(), m.into()];
+            v.extend(extra.iter().map(OsString::from));
+            v
+        };
+        let mut v = match self {
             Kind::Baseline => vec!["read-baseline".into(), file.into()],
-            Kind::Mmap => vec![
-                "load".into(),
-                file.into(),
-                "--mode".into(),
-                "mmap".into(),
-                "--no-fallback".into(),
-            ],
-            Kind::Stream => vec!["load".into(), file.into(), "--mode".into(), "stream".into()],
+            Kind::Mmap => mode("mmap", &[]),
+            Kind::MmapRandom => mode("mmap", &["--advice", "random", "--prefetch", "off"]),
+            Kind::MmapNormal => mode("mmap", &["--advice", "normal", "--prefetch", "off"]),
+            Kind::MmapSequential => mode("mmap", &["--advice", "sequential", "--prefetch", "off"]),
+            Kind::MmapPopulate => mode("mmap", &["--prefetch", "populate"]),
+            Kind::Stream => mode("stream", &[]),
         };
         v.push("--json".into());
         if hashes {
             v.push("--hashes".into());
+        } else {
+            v.push("--touch".into());
+            if cold {
+                v.push("--evict".into());
+            }
         }
         v
     }
@@ -98,11 +148,18 @@ impl Kind {
 #[derive(Debug)]
 struct Sample {
     load_ms: f64,
+    ready_ms: Option<f64>,
+    major_faults: Option<u64>,
+    resident_before_pct: Option<f64>,
     rss_anon_kib: Option<u64>,
-    rss_file_kib: Option<u64>,
+    rss_anon_after_touch_kib: Option<u64>,
+    rss_file_after_touch_kib: Option<u64>,
     vm_hwm_kib: Option<u64>,
     bytes_mapped: Option<u64>,
     bytes_copied: Option<u64>,
+    mode_used: Option<String>,
+    fallback: Option<String>,
+    prefetch: Option<String>,
     tensors: Option<Vec<(String, String)>>,
 }
 
@@ -133,6 +190,43 @@ impl Stats {
             max: s[n - 1],
         })
     }
+
+    fn json(s: Option<&Stats>, samples: &[f64]) -> Value {
+        let f = |g: fn(&Stats) -> f64| s.map(|s| round3(g(s)));
+        json!({
+            "mean": f(|s| s.mean),
+            "median": f(|s| s.median),
+            "min": f(|s| s.min),
+            "max": f(|s| s.max),
+            "samples": samples.iter().map(|v| round3(*v)).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Per-mode results.
+struct ModeResult {
+    kind: Kind,
+    samples: Vec<Sample>,
+    load: Option<Stats>,
+    ready: Option<Stats>,
+}
+
+impl ModeResult {
+    fn loads(&self) -> Vec<f64> {
+        self.samples.iter().map(|s| s.load_ms).collect()
+    }
+    fn readies(&self) -> Vec<f64> {
+        self.samples.iter().filter_map(|s| s.ready_ms).collect()
+    }
+    fn peak(&self, f: fn(&Sample) -> Option<u64>) -> Option<u64> {
+        self.samples.iter().filter_map(f).max()
+    }
+    fn median_of(&self, f: fn(&Sample) -> Option<f64>) -> Option<f64> {
+        Stats::of(&self.samples.iter().filter_map(f).collect::<Vec<_>>()).map(|s| s.median)
+    }
+    fn first(&self, f: fn(&Sample) -> Option<&String>) -> Option<String> {
+        self.samples.first().and_then(f).cloned()
+    }
 }
 
 pub fn run(a: &Args) -> CliResult {
@@ -148,70 +242,145 @@ pub fn run(a: &Args) -> CliResult {
     let h = wh.header();
     let exe = std::env::current_exe()
         .map_err(|e| CliError::msg(format!("cannot find this executable to run children: {e}")))?;
-    let warm = warm_page_cache(&file)?;
+    let mut kinds: Vec<Kind> = Vec::new();
+    for k in &a.modes {
+        if !kinds.contains(k) {
+            kinds.push(*k);
+        }
+    }
+    let warm = if a.cold {
+        None
+    } else {
+        Some(warm_page_cache(&file)?)
+    };
 
-    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(), Vec::new(), Vec::new()];
+    let mut samples: Vec<Vec<Sample>> = kinds.iter().map(|_| Vec::new()).collect();
     for i in 0..a.warmup + a.iters {
-        for (k, kind) in KINDS.iter().enumerate() {
-            let s = run_child(&exe, &file, *kind, false)?;
+        for (k, kind) in kinds.iter().enumerate() {
+            let s = run_child(&exe, &file, *kind, a.cold, false)?;
             if i >= a.warmup {
                 samples[k].push(s);
             }
         }
     }
-    let mmap_hashes = run_child(&exe, &file, Kind::Mmap, true)?
-        .tensors
-        .unwrap_or_default();
-    let stream_hashes = run_child(&exe, &file, Kind::Stream, true)?
-        .tensors
-        .unwrap_or_default();
-    let identical = mmap_hashes == stream_hashes && mmap_hashes.len() == h.tensors().len();
-    let first_diff = mmap_hashes
+    let results: Vec<ModeResult> = kinds
         .iter()
-        .zip(&stream_hashes)
-        .find(|(m, s)| m != s)
-        .map(|(m, _)| m.0.clone());
-
-    let stats: Vec<Option<Stats>> = samples
-        .iter()
-        .map(|v| Stats::of(&v.iter().map(|s| s.load_ms).collect::<Vec<_>>()))
+        .zip(samples)
+        .map(|(&kind, samples)| {
+            let mut r = ModeResult {
+                kind,
+                samples,
+                load: None,
+                ready: None,
+            };
+            r.load = Stats::of(&r.loads());
+            r.ready = Stats::of(&r.readies());
+            r
+        })
         .collect();
-    let peak = |k: usize, f: fn(&Sample) -> Option<u64>| samples[k].iter().filter_map(f).max();
-    let median = |k: usize| stats[k].as_ref().map(|s| s.median);
+
+    // Bytes: every mode that places tensors, against the first of them.
+    let mut hashes: Vec<(Kind, Vec<(String, String)>)> = Vec::new();
+    for &kind in kinds.iter().filter(|k| **k != Kind::Baseline) {
+        let t = run_child(&exe, &file, kind, false, true)?
+            .tensors
+            .unwrap_or_default();
+        hashes.push((kind, t));
+    }
+    let reference = hashes.first().map(|(_, t)| t.clone()).unwrap_or_default();
+    let mut identical = reference.len() == h.tensors().len();
+    let mut first_diff = None;
+    for (kind, t) in &hashes {
+        if t != &reference {
+            identical = false;
+            first_diff = first_diff.or_else(|| {
+                let d = t.iter().zip(&reference).find(|(x, y)| x != y).map_or_else(
+                    || "tensor lists differ in length".into(),
+                    |(x, _)| x.0.clone(),
+                );
+                Some(format!("{}: {d}", kind.name()))
+            });
+        }
+    }
+
+    let find = |k: Kind| results.iter().find(|r| r.kind == k);
+    let med = |k: Kind, ready: bool| {
+        find(k)
+            .and_then(|r| {
+                if ready {
+                    r.ready.as_ref()
+                } else {
+                    r.load.as_ref()
+                }
+            })
+            .map(|s| s.median)
+    };
     let ratio = |num: Option<f64>, den: Option<f64>| match (num, den) {
         (Some(n), Some(d)) if d > 0.0 => Some(n / d),
         _ => None,
     };
-    let stream_over_mmap = ratio(median(1), median(0));
-    let stream_over_baseline = ratio(median(1), median(2));
+    // The best kernel advice without prefetch, among those run.
+    let best_advice = [Kind::MmapNormal, Kind::MmapSequential, Kind::MmapRandom]
+        .into_iter()
+        .filter_map(|k| med(k, true).map(|m| (k, m)))
+        .min_by(|x, y| x.1.total_cmp(&y.1));
+    let ratios = [
+        (
+            "stream_over_mmap_load",
+            ratio(med(Kind::Stream, false), med(Kind::Mmap, false)),
+        ),
+        (
+            "mmap_over_stream_ready",
+            ratio(med(Kind::Mmap, true), med(Kind::Stream, true)),
+        ),
+        (
+            "mmap_over_baseline_ready",
+            ratio(med(Kind::Mmap, true), med(Kind::Baseline, true)),
+        ),
+        (
+            "mmap_over_best_advice_ready",
+            ratio(med(Kind::Mmap, true), best_advice.map(|b| b.1)),
+        ),
+        (
+            "mmap_random_over_mmap_ready",
+            ratio(med(Kind::MmapRandom, true), med(Kind::Mmap, true)),
+        ),
+        (
+            "stream_over_baseline_load",
+            ratio(med(Kind::Stream, false), med(Kind::Baseline, false)),
+        ),
+    ];
+    let page_cache = if a.cold { "cold" } else { "warm" };
 
     let out = if a.json {
-        let modes: Map<String, Value> = KINDS
+        let modes: Map<String, Value> = results
             .iter()
-            .enumerate()
-            .map(|(k, kind)| {
-                let st = stats[k].as_ref();
-                let f = |g: fn(&Stats) -> f64| st.map(|s| round3(g(s)));
-                let samples_ms: Vec<Value> = samples[k].iter().map(|s| round3(s.load_ms)).collect();
+            .map(|r| {
                 let mut o = json!({
-                    "load_ms": {
-                        "mean": f(|s| s.mean),
-                        "median": f(|s| s.median),
-                        "min": f(|s| s.min),
-                        "max": f(|s| s.max),
-                        "samples": samples_ms,
-                    },
-                    "peak_rss_anon_kib": peak(k, |s| s.rss_anon_kib),
-                    "peak_rss_file_kib": peak(k, |s| s.rss_file_kib),
-                    "peak_vm_hwm_kib": peak(k, |s| s.vm_hwm_kib),
+                    "load_ms": Stats::json(r.load.as_ref(), &r.loads()),
+                    "ready_ms": Stats::json(r.ready.as_ref(), &r.readies()),
+                    "major_faults_median": r.median_of(|s| s.major_faults.map(|v| v as f64)),
+                    "resident_before_pct_max": r.samples.iter().filter_map(|s| s.resident_before_pct)
+                        .max_by(f64::total_cmp).map(round3),
+                    "peak_rss_anon_kib": r.peak(|s| s.rss_anon_kib),
+                    "peak_rss_anon_after_touch_kib": r.peak(|s| s.rss_anon_after_touch_kib),
+                    "peak_rss_file_after_touch_kib": r.peak(|s| s.rss_file_after_touch_kib),
+                    "peak_vm_hwm_kib": r.peak(|s| s.vm_hwm_kib),
                 });
-                if *kind != Kind::Baseline {
-                    let first = samples[k].first();
+                if r.kind != Kind::Baseline {
+                    let first = r.samples.first();
                     o["bytes_mapped"] = first.and_then(|s| s.bytes_mapped).into();
                     o["bytes_copied"] = first.and_then(|s| s.bytes_copied).into();
+                    o["mode_used"] = r.first(|s| s.mode_used.as_ref()).into();
+                    o["fallback"] = r.first(|s| s.fallback.as_ref()).into();
+                    o["prefetch"] = r.first(|s| s.prefetch.as_ref()).into();
                 }
-                (kind.name().to_owned(), o)
+                (r.kind.name().to_owned(), o)
             })
+            .collect();
+        let ratios: Map<String, Value> = ratios
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.map(round3).unwrap_or(Value::Null)))
             .collect();
         json_text(&json!({
             "file": file.display().to_string(),
@@ -221,16 +390,14 @@ pub fn run(a: &Args) -> CliResult {
             "tensors_count": h.tensors().len(),
             "iters": a.iters,
             "warmup": a.warmup,
-            "page_cache": "warm",
-            "warm_read_ms": round3(warm.as_secs_f64() * 1e3),
-            "order": KINDS.map(Kind::name),
+            "page_cache": page_cache,
+            "warm_read_ms": warm.map(|w| round3(w.as_secs_f64() * 1e3)),
+            "order": kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),
             "modes": modes,
-            "ratios": {
-                "stream_over_mmap_median": stream_over_mmap.map(round3),
-                "stream_over_baseline_median": stream_over_baseline.map(round3),
-            },
+            "best_advice": best_advice.map(|b| b.0.name()),
+            "ratios": ratios,
             "identical_bytes": identical,
-            "tensors_compared": mmap_hashes.len().min(stream_hashes.len()),
+            "tensors_compared": reference.len(),
         }))
     } else {
         let mut out = format!(
@@ -240,55 +407,85 @@ pub fn run(a: &Args) -> CliResult {
             human_bytes(h.file_len()),
             h.tensors().len()
         );
+        out.push_str(&match warm {
+            Some(w) => format!(
+                "page cache: warm (the file was read once before timing, {:.1} ms)\n",
+                w.as_secs_f64() * 1e3
+            ),
+            None => "page cache: cold (the file is evicted before every run)\n".to_owned(),
+        });
         out.push_str(&format!(
-            "page cache: warm (the file was read once before timing, {:.1} ms)\n",
-            warm.as_secs_f64() * 1e3
-        ));
-        out.push_str(&format!(
-            "runs: {} timed + {} warmup per mode, each a fresh process, interleaved mmap, stream, baseline\n\
-             baseline: one read() of the whole file into one Vec\n\n",
-            a.iters, a.warmup
+            "runs: {} timed + {} warmup per mode, each a fresh process, interleaved {}\n\
+             ready = load + one read of every tensor byte in file order (a first pass)\n\n",
+            a.iters,
+            a.warmup,
+            kinds
+                .iter()
+                .map(|k| k.name())
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
         let kib = |v: Option<u64>| v.map_or_else(|| "n/a".to_owned(), |v| v.to_string());
+        let ms = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.1}"));
         let mut rows = vec![[
             "mode",
-            "mean ms",
-            "median ms",
-            "min ms",
-            "max ms",
-            "peak RssAnon kB",
-            "peak RssFile kB",
-            "peak VmHWM kB",
+            "load ms",
+            "ready ms",
+            "ready min",
+            "ready max",
+            "major faults",
+            "RssAnon kB",
+            "RssAnon kB touched",
+            "VmHWM kB",
         ]
         .map(String::from)
         .to_vec()];
-        for (k, kind) in KINDS.iter().enumerate() {
-            let mut r = vec![kind.name().to_owned()];
-            match &stats[k] {
-                Some(s) => r.extend([s.mean, s.median, s.min, s.max].map(|v| format!("{v:.3}"))),
-                None => r.extend(vec!["n/a".to_owned(); 4]),
-            }
-            r.push(kib(peak(k, |s| s.rss_anon_kib)));
-            r.push(kib(peak(k, |s| s.rss_file_kib)));
-            r.push(kib(peak(k, |s| s.vm_hwm_kib)));
-            rows.push(r);
+        for r in &results {
+            rows.push(vec![
+                r.kind.name().to_owned(),
+                ms(r.load.as_ref().map(|s| s.median)),
+                ms(r.ready.as_ref().map(|s| s.median)),
+                ms(r.ready.as_ref().map(|s| s.min)),
+                ms(r.ready.as_ref().map(|s| s.max)),
+                r.median_of(|s| s.major_faults.map(|v| v as f64))
+                    .map_or_else(|| "n/a".into(), |v| format!("{v:.0}")),
+                kib(r.peak(|s| s.rss_anon_kib)),
+                kib(r.peak(|s| s.rss_anon_after_touch_kib)),
+                kib(r.peak(|s| s.vm_hwm_kib)),
+            ]);
         }
         out.push_str(&table(&rows, 1, ""));
-        let fmt_ratio = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2}x"));
-        out.push_str(&format!(
-            "\nstream/mmap median:     {}\nstream/baseline median: {}\n",
-            fmt_ratio(stream_over_mmap),
-            fmt_ratio(stream_over_baseline)
-        ));
+        out.push_str("(medians; RssAnon and VmHWM are peaks over the runs)\n\n");
+        for r in results.iter().filter(|r| r.kind.mapped()) {
+            if let Some(f) = r.first(|s| s.fallback.as_ref()) {
+                out.push_str(&format!(
+                    "{}: fell back to the stream path: {f}\n",
+                    r.kind.name()
+                ));
+            }
+            if r.kind == Kind::Mmap {
+                if let Some(p) = r.first(|s| s.prefetch.as_ref()) {
+                    out.push_str(&format!("mmap prefetch: {p}\n"));
+                }
+            }
+        }
+        for (name, v) in &ratios {
+            if let Some(v) = v {
+                out.push_str(&format!("{name}: {v:.2}x\n"));
+            }
+        }
+        if let Some((k, _)) = best_advice {
+            out.push_str(&format!("best advice without prefetch: {}\n", k.name()));
+        }
         out.push_str(&if identical {
             format!(
                 "tensor bytes identical across modes: yes ({} tensors, sha256)\n",
-                mmap_hashes.len()
+                reference.len()
             )
         } else {
             format!(
                 "tensor bytes identical across modes: NO (first difference: {})\n",
-                first_diff.unwrap_or_else(|| "tensor lists differ in length".into())
+                first_diff.unwrap_or_else(|| "no tensors".into())
             )
         });
         out
@@ -297,8 +494,8 @@ pub fn run(a: &Args) -> CliResult {
 }
 
 /// Run one child and parse its JSON report.
-fn run_child(exe: &Path, file: &Path, kind: Kind, hashes: bool) -> CliResult<Sample> {
-    let args = kind.args(file, hashes);
+fn run_child(exe: &Path, file: &Path, kind: Kind, cold: bool, hashes: bool) -> CliResult<Sample> {
+    let args = kind.args(file, cold, hashes);
     let shown = || {
         let a: Vec<String> = args
             .iter()
@@ -328,16 +525,6 @@ fn run_child(exe: &Path, file: &Path, kind: Kind, hashes: bool) -> CliResult<Sam
     let v: Value = serde_json::from_slice(&out.stdout)
         .map_err(|e| CliError::msg(format!("{} printed invalid JSON: {e}", shown())))?;
     let bad = |what: &str| CliError::msg(format!("{} printed no {what}", shown()));
-    if kind != Kind::Baseline {
-        let used = v["mode_used"].as_str().ok_or_else(|| bad("mode_used"))?;
-        if used != kind.name() {
-            return Err(CliError::msg(format!(
-                "{} used mode {used}, not {}",
-                shown(),
-                kind.name()
-            )));
-        }
-    }
     let tensors = if hashes {
         let list = v["tensors"].as_array().ok_or_else(|| bad("tensors"))?;
         let pairs = list
@@ -351,13 +538,25 @@ fn run_child(exe: &Path, file: &Path, kind: Kind, hashes: bool) -> CliResult<Sam
     } else {
         None
     };
+    let text = |k: &str| v[k].as_str().map(str::to_owned);
     Ok(Sample {
         load_ms: v["load_ms"].as_f64().ok_or_else(|| bad("load_ms"))?,
+        ready_ms: v["ready_ms"].as_f64(),
+        major_faults: v["major_faults"].as_u64(),
+        resident_before_pct: v["resident_before_pct"].as_f64(),
         rss_anon_kib: v["rss_anon_kib"].as_u64(),
-        rss_file_kib: v["rss_file_kib"].as_u64(),
-        vm_hwm_kib: v["vm_hwm_kib"].as_u64(),
+        rss_anon_after_touch_kib: v["rss_anon_after_touch_kib"].as_u64(),
+        rss_file_after_touch_kib: v["rss_file_after_touch_kib"].as_u64(),
+        vm_hwm_kib: v["vm_hwm_after_touch_kib"]
+            .as_u64()
+            .or_else(|| v["vm_hwm_kib"].as_u64()),
         bytes_mapped: v["bytes_mapped"].as_u64(),
         bytes_copied: v["bytes_copied"].as_u64(),
+        mode_used: text("mode_used"),
+        fallback: v["fallback"]["detail"]
+            .as_str()
+            .map(|d| format!("{}: {d}", v["fallback"]["kind"].as_str().unwrap_or("?"))),
+        prefetch: text("prefetch"),
         tensors,
     })
 }

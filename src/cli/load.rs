@@ -1,13 +1,16 @@
-//! `weightmap load FILE [--mode mmap|stream] [--no-fallback] [--hashes] [--json]`.
+//! `weightmap load FILE [--mode mmap|stream] [--no-fallback] [--advice A]
+//! [--prefetch P] [--evict] [--touch] [--hashes] [--json]`.
 
 use std::path::PathBuf;
+use std::time::Instant;
 
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use weightmap::{LoadOptions, Weights};
+use weightmap::{AccessAdvice, AdvicePolicy, LoadOptions, Prefetch, Weights};
 
-use super::proc_status::MemStatus;
-use super::{emit, json_text, round3, table, CliResult, ModeArg};
+use super::proc_status::{Faults, MemStatus};
+use super::touch::touch;
+use super::{emit, json_text, round3, table, CliError, CliResult, ModeArg};
 
 pub const LONG_ABOUT: &str = "\
 Load a file and report what the loader did and the memory it used.
@@ -17,7 +20,19 @@ place; when that cannot be done (a misaligned tensor, a filesystem that
 refuses mmap, ...) the loader falls back to the stream path and says why,
 unless --no-fallback is given. The memory figures (RssAnon, RssFile, VmHWM
 from /proc/self/status, in kB) are read right after the load, before any
-tensor is touched.
+tensor is touched, and again after --touch.
+
+What a runtime waits for is the load plus its first pass over the weights:
+--touch reads every tensor byte once, in file order, after the load, and
+reports the touch time and the ready time (load plus touch). --evict drops
+the file from the page cache first (posix_fadvise POSIX_FADV_DONTNEED; no
+privilege needed) and reports how much of it was still resident, to measure
+a cold start. Page faults are counted over load plus touch.
+
+By default the mapped tensor region is advised MADV_NORMAL, with MADV_RANDOM
+on row-lookup tables only (--advice per-tensor), and a background thread
+reads the region in file order while the load returns, if it fits in half
+of MemAvailable (--prefetch background).
 
 The file must not be modified or truncated while this command runs: a
 mapped file that changes underneath changes memory the program assumes
@@ -34,6 +49,19 @@ pub struct Args {
     /// Fail instead of falling back to the stream path when mapping cannot be used.
     #[arg(long)]
     no_fallback: bool,
+    /// Access advice for the mapped tensor region.
+    #[arg(long, value_enum, default_value_t = AdviceArg::PerTensor)]
+    advice: AdviceArg,
+    /// Prefetch of the mapped tensor region.
+    #[arg(long, value_enum, default_value_t = PrefetchArg::Background)]
+    prefetch: PrefetchArg,
+    /// Drop the file from the page cache before loading (a cold start).
+    #[arg(long)]
+    evict: bool,
+    /// After the load, read every tensor byte once in file order, and
+    /// report the touch and ready times.
+    #[arg(long)]
+    touch: bool,
     /// Also print the sha256 of every tensor's bytes.
     #[arg(long)]
     hashes: bool,
@@ -42,18 +70,112 @@ pub struct Args {
     json: bool,
 }
 
+/// `--advice`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AdviceArg {
+    /// MADV_NORMAL, and MADV_RANDOM on row-lookup tables (the default).
+    PerTensor,
+    /// MADV_RANDOM over the whole region (no read-ahead).
+    Random,
+    /// MADV_NORMAL over the whole region.
+    Normal,
+    /// MADV_SEQUENTIAL over the whole region.
+    Sequential,
+}
+
+impl From<AdviceArg> for AdvicePolicy {
+    fn from(a: AdviceArg) -> AdvicePolicy {
+        match a {
+            AdviceArg::PerTensor => AdvicePolicy::PerTensor,
+            AdviceArg::Random => AdvicePolicy::Uniform(AccessAdvice::Random),
+            AdviceArg::Normal => AdvicePolicy::Uniform(AccessAdvice::Normal),
+            AdviceArg::Sequential => AdvicePolicy::Uniform(AccessAdvice::Sequential),
+        }
+    }
+}
+
+/// `--prefetch`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PrefetchArg {
+    /// A background thread, within half of MemAvailable (the default).
+    Background,
+    /// No prefetch.
+    Off,
+    /// MADV_WILLNEED over the region before returning.
+    Willneed,
+    /// Read and map every page before returning.
+    Populate,
+}
+
+impl From<PrefetchArg> for Prefetch {
+    fn from(p: PrefetchArg) -> Prefetch {
+        match p {
+            PrefetchArg::Background => Prefetch::DEFAULT,
+            PrefetchArg::Off => Prefetch::None,
+            PrefetchArg::Willneed => Prefetch::WillNeed,
+            PrefetchArg::Populate => Prefetch::Populate,
+        }
+    }
+}
+
+/// Evict `path` from the page cache and return the percentage of it still
+/// resident afterwards.
+pub fn evict(path: &std::path::Path) -> CliResult<f64> {
+    let shown = path.display();
+    weightmap::mmap::evict(path)
+        .map_err(|e| CliError::msg(format!("evicting {shown} from the page cache: {e}")))?;
+    let r = weightmap::mmap::file_residency(path)
+        .map_err(|e| CliError::msg(format!("measuring residency of {shown}: {e}")))?;
+    Ok(r.fraction() * 100.0)
+}
+
+/// Touch every tensor byte once, in file order; returns the bytes touched.
+fn touch_all(weights: &Weights) -> CliResult<u64> {
+    let mut order: Vec<_> = weights.tensors().collect();
+    order.sort_by_key(|t| t.info().file_offset);
+    let mut n = 0u64;
+    for t in order {
+        match t.host_bytes() {
+            Some(b) => {
+                touch(b);
+            }
+            None => {
+                touch(&t.to_vec()?);
+            }
+        }
+        n += t.placement().len as u64;
+    }
+    Ok(n)
+}
+
 pub fn run(a: &Args) -> CliResult {
     let opts = LoadOptions {
         mode: a.mode.into(),
         fallback: !a.no_fallback,
+        advice: a.advice.into(),
+        prefetch: a.prefetch.into(),
         ..LoadOptions::default()
     };
+    let resident_before = if a.evict { Some(evict(&a.file)?) } else { None };
+    let faults0 = Faults::read();
     // SAFETY: the file must not change while `weights` lives. This command
     // documents that requirement (`load --help`), holds the weights only
     // while it reports on them, and the process exits right after.
     let weights = unsafe { Weights::load(&a.file, &opts)? };
     let mem = MemStatus::read();
     let r = weights.report();
+    let touched = if a.touch {
+        let t0 = Instant::now();
+        touch_all(&weights)?;
+        Some((t0.elapsed().as_secs_f64() * 1e3, MemStatus::read()))
+    } else {
+        None
+    };
+    let faults = match (faults0, Faults::read()) {
+        (Some(a), Some(b)) => Some(b.since(a)),
+        _ => None,
+    };
+    let prefetched = weights.prefetch_progress().map(|p| p.bytes_done);
 
     let mut hashes = Vec::new();
     if a.hashes {
@@ -67,6 +189,9 @@ pub fn run(a: &Args) -> CliResult {
     }
 
     let load_ms = r.elapsed.as_secs_f64() * 1e3;
+    let touch_ms = touched.as_ref().map(|t| t.0);
+    let ready_ms = touch_ms.map(|t| load_ms + t);
+    let after = touched.as_ref().map(|t| t.1);
     let out = if a.json {
         let fallback = r
             .fallback
@@ -81,9 +206,21 @@ pub fn run(a: &Args) -> CliResult {
             "bytes_mapped": r.bytes_mapped,
             "bytes_copied": r.bytes_copied,
             "load_ms": round3(load_ms),
+            "touch_ms": touch_ms.map(round3),
+            "ready_ms": ready_ms.map(round3),
+            "major_faults": faults.map(|f| f.major),
+            "minor_faults": faults.map(|f| f.minor),
+            "resident_before_pct": resident_before.map(round3),
+            "prefetch": r.prefetch.to_string(),
+            "prefetch_kind": r.prefetch.kind(),
+            "prefetched_bytes": prefetched,
+            "random_access_tensors": r.random_access_tensors,
             "rss_anon_kib": mem.rss_anon_kib,
             "rss_file_kib": mem.rss_file_kib,
             "vm_hwm_kib": mem.vm_hwm_kib,
+            "rss_anon_after_touch_kib": after.and_then(|m| m.rss_anon_kib),
+            "rss_file_after_touch_kib": after.and_then(|m| m.rss_file_kib),
+            "vm_hwm_after_touch_kib": after.and_then(|m| m.vm_hwm_kib),
         });
         if a.hashes {
             o["tensors"] = hashes
@@ -94,6 +231,8 @@ pub fn run(a: &Args) -> CliResult {
         json_text(&o)
     } else {
         let kib = |v: Option<u64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v} kB"));
+        let ms = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.3} ms"));
+        let count = |v: Option<u64>| v.map_or_else(|| "n/a".to_owned(), |v| v.to_string());
         let fallback = r
             .fallback
             .as_ref()
@@ -114,10 +253,35 @@ pub fn run(a: &Args) -> CliResult {
                 vec!["tensors:".into(), r.tensors_count.to_string()],
                 vec!["bytes mapped:".into(), r.bytes_mapped.to_string()],
                 vec!["bytes copied:".into(), r.bytes_copied.to_string()],
+                vec!["prefetch:".into(), r.prefetch.to_string()],
+                vec![
+                    "random-access tensors:".into(),
+                    if r.random_access_tensors.is_empty() {
+                        "none".into()
+                    } else {
+                        r.random_access_tensors.join(", ")
+                    },
+                ],
+                vec![
+                    "resident before:".into(),
+                    resident_before.map_or_else(|| "n/a".into(), |p| format!("{p:.1}%")),
+                ],
                 vec!["load time:".into(), format!("{load_ms:.3} ms")],
+                vec!["touch time:".into(), ms(touch_ms)],
+                vec!["ready time:".into(), ms(ready_ms)],
+                vec!["major faults:".into(), count(faults.map(|f| f.major))],
+                vec!["minor faults:".into(), count(faults.map(|f| f.minor))],
                 vec!["RssAnon:".into(), kib(mem.rss_anon_kib)],
                 vec!["RssFile:".into(), kib(mem.rss_file_kib)],
                 vec!["VmHWM:".into(), kib(mem.vm_hwm_kib)],
+                vec![
+                    "RssAnon after touch:".into(),
+                    kib(after.and_then(|m| m.rss_anon_kib)),
+                ],
+                vec![
+                    "RssFile after touch:".into(),
+                    kib(after.and_then(|m| m.rss_file_kib)),
+                ],
             ],
             2,
             "",

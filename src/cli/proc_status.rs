@@ -39,9 +39,64 @@ impl MemStatus {
     }
 }
 
+/// Page faults taken by the whole process so far (all threads), from
+/// `/proc/self/stat`: the counts `getrusage(RUSAGE_SELF)` reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Faults served without I/O (`minflt`).
+    pub minor: u64,
+    /// Faults that read from storage (`majflt`).
+    pub major: u64,
+}
+
+impl Faults {
+    /// Read `/proc/self/stat` now; `None` if it cannot be read.
+    pub fn read() -> Option<Faults> {
+        Faults::parse(&std::fs::read_to_string("/proc/self/stat").ok()?)
+    }
+
+    /// Parse a `/proc/<pid>/stat` line: after the `(comm)` field, which may
+    /// hold spaces and parentheses, minflt is the 8th field and majflt the 10th.
+    pub fn parse(text: &str) -> Option<Faults> {
+        let rest = &text[text.rfind(')')? + 1..];
+        let f: Vec<&str> = rest.split_whitespace().take(10).collect();
+        Some(Faults {
+            minor: f.get(7)?.parse().ok()?,
+            major: f.get(9)?.parse().ok()?,
+        })
+    }
+
+    /// The faults taken since `earlier`.
+    pub fn since(self, earlier: Faults) -> Faults {
+        Faults {
+            minor: self.minor.saturating_sub(earlier.minor),
+            major: self.major.saturating_sub(earlier.major),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_fault_counts_after_an_awkward_comm() {
+        let line = "4242 (we ird) x) S 1 4242 4242 0 -1 4194304 1234 0 56 0 7 8 0 0 20 0 1 0";
+        assert_eq!(
+            Faults::parse(line),
+            Some(Faults {
+                minor: 1234,
+                major: 56
+            })
+        );
+        assert_eq!(Faults::parse("no parenthesis"), None);
+        if cfg!(target_os = "linux") {
+            let a = Faults::read().unwrap();
+            let v = vec![1u8; 1 << 20];
+            std::hint::black_box(&v);
+            assert!(Faults::read().unwrap().since(a).minor > 0);
+        }
+    }
 
     #[test]
     fn parses_the_three_lines() {

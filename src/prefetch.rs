@@ -1,0 +1,591 @@
+//! Getting mapped weights ready to compute on: access advice per tensor and
+//! a background prefetcher.
+//!
+//! A mapped load reads nothing but the header; every tensor page is read on
+//! its first touch. From a cold page cache, what that first pass costs is
+//! decided by the access advice on the pages: under `MADV_RANDOM` every first
+//! touch is one synchronous 4 KiB read (on a 253 MB model, about 60,000 of
+//! them and 4.5 s), under `MADV_NORMAL` the kernel reads ahead around each
+//! fault (about 0.12 s for the same pass). So weightmap's defaults are:
+//!
+//! - [`AdvicePolicy::PerTensor`]: `MADV_NORMAL` over the tensor region, and
+//!   `MADV_RANDOM` only on the whole pages of tables read by row (an untied
+//!   token embedding, per-layer token embeddings; see [`is_row_lookup`]),
+//!   where read-ahead would pull in rows no lookup needs.
+//! - [`Prefetch::Background`]: once the file has been validated, a thread
+//!   reads the tensor region in file order, a few chunks ahead of where it
+//!   maps pages, while `load` returns at once. It reads only when the region
+//!   fits in the stated share of the memory the kernel says is available, it
+//!   re-checks as it goes, and it stops when the weights drop.
+//!
+//! llama.cpp, by default, reads the whole file before its load returns
+//! (`MAP_POPULATE` plus `MADV_WILLNEED`, whatever memory is free; its
+//! llama-mmap.cpp), and uses `MADV_RANDOM` only with `--numa` and on tensors
+//! over 4 GiB read by row. weightmap keeps the load itself at header cost and
+//! does not prefetch what does not fit.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use crate::format::Header;
+use crate::mmap::{AccessAdvice, Mapping};
+
+/// Reading the mapped tensor region ahead of use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Prefetch {
+    /// No prefetch: pages are read as tensors are first used.
+    None,
+    /// A background thread reads the region in file order after validation,
+    /// while `load` returns; it starts only if the region is at most
+    /// `max_percent` of the memory available (`MemAvailable` in
+    /// `/proc/meminfo`), stops if that stops being true, and stops when the
+    /// weights drop. The default, with 50%.
+    Background {
+        /// The largest share of available memory, in percent, that the
+        /// region may be for the prefetch to run.
+        max_percent: u8,
+    },
+    /// `MADV_WILLNEED` over the region before returning: the reads are
+    /// queued, and for a large file the call blocks until most are issued.
+    WillNeed,
+    /// Read and map every page before returning, whatever the memory: no
+    /// first-touch faults afterwards (llama.cpp's `MAP_POPULATE`).
+    Populate,
+}
+
+impl Prefetch {
+    /// The default: [`Prefetch::Background`] with 50%.
+    pub const DEFAULT: Prefetch = Prefetch::Background { max_percent: 50 };
+}
+
+impl Default for Prefetch {
+    fn default() -> Self {
+        Prefetch::DEFAULT
+    }
+}
+
+/// Access advice for the mapped tensor region.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum AdvicePolicy {
+    /// `MADV_NORMAL` over the region, `MADV_RANDOM` on the tensors
+    /// [`is_row_lookup`] picks (the default).
+    #[default]
+    PerTensor,
+    /// The same advice over the whole region (`Uniform(Random)` was
+    /// weightmap's default before 0.2; it makes a cold first pass read one
+    /// page per fault).
+    Uniform(AccessAdvice),
+}
+
+/// Whether the tensor `name`, in a model whose tensor names are `names`, is
+/// a table that runtimes read by row, so that read-ahead around a lookup
+/// reads rows nobody needs: per-layer token embeddings always, and a token
+/// embedding when the model has a separate output projection (`output.weight`
+/// or `lm_head.weight`). A tied embedding is also the output matrix, read
+/// whole for every token's logits, so it is not a lookup table.
+///
+/// ```
+/// use weightmap::prefetch::is_row_lookup;
+/// let untied = ["token_embd.weight", "blk.0.attn_q.weight", "output.weight"];
+/// assert!(is_row_lookup("token_embd.weight", untied));
+/// let tied = ["token_embd.weight", "blk.0.attn_q.weight"];
+/// assert!(!is_row_lookup("token_embd.weight", tied));
+/// assert!(is_row_lookup("per_layer_token_embd.weight", tied));
+/// assert!(!is_row_lookup("blk.0.attn_q.weight", untied));
+/// ```
+pub fn is_row_lookup<'a>(name: &str, names: impl IntoIterator<Item = &'a str>) -> bool {
+    const PER_LAYER: [&str; 2] = [
+        "per_layer_token_embd.weight",
+        "embed_tokens_per_layer.weight",
+    ];
+    const EMBEDDING: [&str; 5] = [
+        "token_embd.weight",
+        "embed_tokens.weight",
+        "tok_embeddings.weight",
+        "wte.weight",
+        "word_embeddings.weight",
+    ];
+    if PER_LAYER.iter().any(|s| name.ends_with(s)) {
+        return true;
+    }
+    EMBEDDING.iter().any(|s| name.ends_with(s))
+        && names
+            .into_iter()
+            .any(|n| n == "output.weight" || n.ends_with("lm_head.weight"))
+}
+
+/// Apply `policy` to the tensor region `[start, end)` of `map`; returns the
+/// indices of the tensors advised `MADV_RANDOM`. Advice is advisory: its
+/// failure is ignored, as llama.cpp only warns.
+pub(crate) fn apply_advice(
+    map: &Mapping,
+    header: &Header,
+    policy: AdvicePolicy,
+    start: usize,
+    end: usize,
+) -> Vec<usize> {
+    match policy {
+        AdvicePolicy::Uniform(a) => {
+            let _ = map.advise(a, start, end);
+            Vec::new()
+        }
+        AdvicePolicy::PerTensor => {
+            let tensors = header.tensors();
+            let names = || tensors.iter().map(|t| t.name.as_str());
+            let lookups: Vec<usize> = (0..tensors.len())
+                .filter(|&i| is_row_lookup(&tensors[i].name, names()))
+                .collect();
+            // MADV_NORMAL is a fresh mapping's advice already; only the
+            // lookup tables need a call (whole pages only: a page shared
+            // with a neighbour keeps read-ahead).
+            for &i in &lookups {
+                let r = tensors[i].file_range();
+                let _ = map.advise_inward(AccessAdvice::Random, r.start as usize, r.end as usize);
+            }
+            lookups
+        }
+    }
+}
+
+/// What the prefetch policy did at load time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PrefetchDecision {
+    /// [`Prefetch::None`].
+    Off,
+    /// The stream path ran: the bytes are already in owned memory.
+    NotMapped,
+    /// `MADV_WILLNEED` was issued over the region ([`Prefetch::WillNeed`]).
+    WillNeed {
+        /// Bytes of the region.
+        bytes: u64,
+    },
+    /// The region was read and mapped before the load returned
+    /// ([`Prefetch::Populate`]).
+    Populated {
+        /// Bytes of the region.
+        bytes: u64,
+    },
+    /// A background thread is reading the region in file order; see
+    /// `Weights::prefetch_progress`.
+    Background {
+        /// Bytes of the region.
+        bytes: u64,
+        /// `MemAvailable` when it started.
+        mem_available: u64,
+        /// The limit it was held to, in percent of `mem_available`.
+        max_percent: u8,
+    },
+    /// [`Prefetch::Background`] was asked for and did not start.
+    Skipped(SkipReason),
+}
+
+/// Why a background prefetch did not start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SkipReason {
+    /// The region is more than `max_percent` of the available memory.
+    TooLarge {
+        /// Bytes of the region.
+        bytes: u64,
+        /// `MemAvailable`.
+        mem_available: u64,
+        /// The limit, in percent.
+        max_percent: u8,
+    },
+    /// The available memory could not be read (no `/proc/meminfo`).
+    MemoryUnknown,
+    /// The thread could not be started.
+    Spawn {
+        /// The OS error.
+        error: String,
+    },
+}
+
+impl PrefetchDecision {
+    /// A short, stable name: `"off"`, `"not_mapped"`, `"willneed"`,
+    /// `"populated"`, `"background"`, `"skipped"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PrefetchDecision::Off => "off",
+            PrefetchDecision::NotMapped => "not_mapped",
+            PrefetchDecision::WillNeed { .. } => "willneed",
+            PrefetchDecision::Populated { .. } => "populated",
+            PrefetchDecision::Background { .. } => "background",
+            PrefetchDecision::Skipped(_) => "skipped",
+        }
+    }
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
+}
+
+impl fmt::Display for PrefetchDecision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PrefetchDecision::Off => write!(f, "off"),
+            PrefetchDecision::NotMapped => write!(f, "not mapped (stream path)"),
+            PrefetchDecision::WillNeed { bytes } => write!(f, "willneed over {}", mib(*bytes)),
+            PrefetchDecision::Populated { bytes } => {
+                write!(f, "populated {} before returning", mib(*bytes))
+            }
+            PrefetchDecision::Background {
+                bytes,
+                mem_available,
+                max_percent,
+            } => write!(
+                f,
+                "background: reading {} in file order (MemAvailable {}, limit {max_percent}%)",
+                mib(*bytes),
+                mib(*mem_available)
+            ),
+            PrefetchDecision::Skipped(r) => write!(f, "skipped: {r}"),
+        }
+    }
+}
+
+impl fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SkipReason::TooLarge {
+                bytes,
+                mem_available,
+                max_percent,
+            } => write!(
+                f,
+                "{} is over {max_percent}% of MemAvailable ({})",
+                mib(*bytes),
+                mib(*mem_available)
+            ),
+            SkipReason::MemoryUnknown => write!(f, "available memory unknown"),
+            SkipReason::Spawn { error } => write!(f, "cannot start a thread: {error}"),
+        }
+    }
+}
+
+/// Whether a background prefetch of `bytes` may run with `mem_available`
+/// bytes available and a limit of `max_percent`: `Ok(available)`, or why
+/// not.
+///
+/// ```
+/// use weightmap::prefetch::{decide, SkipReason};
+/// assert_eq!(decide(400, Some(1000), 50), Ok(1000));
+/// assert!(matches!(decide(600, Some(1000), 50), Err(SkipReason::TooLarge { .. })));
+/// assert_eq!(decide(1, None, 50), Err(SkipReason::MemoryUnknown));
+/// ```
+pub fn decide(bytes: u64, mem_available: Option<u64>, max_percent: u8) -> Result<u64, SkipReason> {
+    let avail = mem_available.ok_or(SkipReason::MemoryUnknown)?;
+    if fits(bytes, avail, max_percent) {
+        Ok(avail)
+    } else {
+        Err(SkipReason::TooLarge {
+            bytes,
+            mem_available: avail,
+            max_percent,
+        })
+    }
+}
+
+fn fits(bytes: u64, avail: u64, max_percent: u8) -> bool {
+    u128::from(bytes) * 100 <= u128::from(avail) * u128::from(max_percent)
+}
+
+/// `MemAvailable` from `/proc/meminfo`, in bytes; `None` where there is none.
+pub fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    text.lines().find_map(|l| {
+        let kb = l.strip_prefix("MemAvailable:")?.trim().strip_suffix("kB")?;
+        kb.trim().parse::<u64>().ok()?.checked_mul(1024)
+    })
+}
+
+/// Where a prefetch stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrefetchProgress {
+    /// Bytes of the region read and mapped so far.
+    pub bytes_done: u64,
+    /// Bytes of the region.
+    pub bytes_total: u64,
+    /// Running, finished or stopped.
+    pub state: PrefetchState,
+}
+
+/// The state of a background prefetch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PrefetchState {
+    /// Still reading.
+    Running,
+    /// The whole region was read.
+    Finished,
+    /// Stopped early: the region no longer fit in the memory available.
+    StoppedForMemory,
+    /// Stopped early: the kernel refused a read (a file truncated
+    /// underneath gives `EFAULT` here rather than a signal).
+    StoppedByError,
+}
+
+const RUNNING: u8 = 0;
+const FINISHED: u8 = 1;
+const STOPPED_MEMORY: u8 = 2;
+const STOPPED_ERROR: u8 = 3;
+const STOPPED_DROP: u8 = 4;
+
+/// Bytes mapped per `MADV_POPULATE_READ` call, and the granule of progress
+/// and of stopping.
+const CHUNK: usize = 8 << 20;
+/// How far ahead of the mapped front reads are queued.
+const AHEAD: usize = 4 * CHUNK;
+/// How often, in bytes, the memory check is repeated.
+const RECHECK: usize = 64 << 20;
+
+/// Reads the memory available, in bytes ([`mem_available`] outside tests).
+type MemReader = fn() -> Option<u64>;
+
+#[derive(Debug)]
+struct Shared {
+    stop: AtomicBool,
+    done: AtomicU64,
+    state: AtomicU8,
+    total: u64,
+    finished: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Shared {
+    fn new(total: u64) -> Shared {
+        Shared {
+            stop: AtomicBool::new(false),
+            done: AtomicU64::new(0),
+            state: AtomicU8::new(RUNNING),
+            total,
+            finished: Mutex::new(false),
+            cv: Condvar::new(),
+        }
+    }
+
+    fn finish(&self, state: u8) {
+        self.state.store(state, Ordering::Release);
+        let mut f = self.finished.lock().unwrap_or_else(|e| e.into_inner());
+        *f = true;
+        self.cv.notify_all();
+    }
+}
+
+/// Read `[start, end)` of `map` in file order: queue reads (`WILLNEED`) up
+/// to [`AHEAD`] bytes ahead, map one [`CHUNK`] at a time behind them
+/// (`MADV_POPULATE_READ`), and stop when asked or when the rest no longer
+/// fits in memory. Returns the final state.
+fn read_in_order(
+    map: &Mapping,
+    start: usize,
+    end: usize,
+    shared: &Shared,
+    mem: Option<(MemReader, u8)>,
+) -> u8 {
+    let mut queued = start;
+    let mut pos = start;
+    let mut next_check = start + RECHECK;
+    while pos < end {
+        if shared.stop.load(Ordering::Relaxed) {
+            return STOPPED_DROP;
+        }
+        let ahead = end.min(pos.saturating_add(AHEAD));
+        if queued < ahead {
+            map.will_need(queued, ahead);
+            queued = ahead;
+        }
+        let n = CHUNK.min(end - pos);
+        if map.populate_read(pos, pos + n).is_err() {
+            return STOPPED_ERROR;
+        }
+        pos += n;
+        shared.done.store((pos - start) as u64, Ordering::Relaxed);
+        if let Some((avail, pct)) = mem {
+            if pos >= next_check && pos < end {
+                next_check = pos + RECHECK;
+                match avail() {
+                    Some(a) if fits((end - pos) as u64, a, pct) => {}
+                    _ => return STOPPED_MEMORY,
+                }
+            }
+        }
+    }
+    FINISHED
+}
+
+/// Read and map `[start, end)` in the calling thread ([`Prefetch::Populate`]).
+pub(crate) fn populate(map: &Mapping, start: usize, end: usize) {
+    let shared = Shared::new((end - start) as u64);
+    read_in_order(map, start, end, &shared, None);
+}
+
+/// A background prefetch of a mapping's tensor region, stopped and joined on
+/// drop: no thread outlives it and nothing is read after it drops.
+#[derive(Debug)]
+pub(crate) struct Prefetcher {
+    shared: Arc<Shared>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Prefetcher {
+    /// Decide with `mem` (the available-memory reader; [`mem_available`]
+    /// outside tests) and, if the region fits, start the thread.
+    pub(crate) fn start(
+        map: &Arc<Mapping>,
+        start: usize,
+        end: usize,
+        max_percent: u8,
+        mem: MemReader,
+    ) -> (Option<Prefetcher>, PrefetchDecision) {
+        let bytes = (end - start) as u64;
+        let avail = match decide(bytes, mem(), max_percent) {
+            Ok(a) => a,
+            Err(r) => return (None, PrefetchDecision::Skipped(r)),
+        };
+        let shared = Arc::new(Shared::new(bytes));
+        let (m, s) = (Arc::clone(map), Arc::clone(&shared));
+        let spawned = std::thread::Builder::new()
+            .name("weightmap-prefetch".into())
+            .stack_size(64 << 10)
+            .spawn(move || {
+                let state = read_in_order(&m, start, end, &s, Some((mem, max_percent)));
+                s.finish(state);
+            });
+        match spawned {
+            Ok(handle) => (
+                Some(Prefetcher {
+                    shared,
+                    handle: Some(handle),
+                }),
+                PrefetchDecision::Background {
+                    bytes,
+                    mem_available: avail,
+                    max_percent,
+                },
+            ),
+            Err(e) => (
+                None,
+                PrefetchDecision::Skipped(SkipReason::Spawn {
+                    error: e.to_string(),
+                }),
+            ),
+        }
+    }
+
+    /// Where it stands.
+    pub(crate) fn progress(&self) -> PrefetchProgress {
+        let state = match self.shared.state.load(Ordering::Acquire) {
+            RUNNING => PrefetchState::Running,
+            FINISHED => PrefetchState::Finished,
+            STOPPED_MEMORY => PrefetchState::StoppedForMemory,
+            _ => PrefetchState::StoppedByError,
+        };
+        PrefetchProgress {
+            bytes_done: self.shared.done.load(Ordering::Relaxed),
+            bytes_total: self.shared.total,
+            state,
+        }
+    }
+
+    /// Block until the thread has finished or stopped.
+    pub(crate) fn wait(&self) -> PrefetchProgress {
+        let mut f = self
+            .shared
+            .finished
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        while !*f {
+            f = self.shared.cv.wait(f).unwrap_or_else(|e| e.into_inner());
+        }
+        drop(f);
+        self.progress()
+    }
+}
+
+impl Drop for Prefetcher {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            // The thread checks the flag between chunks of CHUNK bytes, so
+            // this waits for at most one chunk's read.
+            let _ = h.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn mapped_file(len: usize) -> (tempfile::NamedTempFile, Arc<Mapping>) {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(&vec![7u8; len]).unwrap();
+        f.flush().unwrap();
+        // SAFETY: the temporary file is not changed while mapped.
+        let map = unsafe { Mapping::map(f.as_file()) }.unwrap();
+        (f, Arc::new(map))
+    }
+
+    #[test]
+    fn the_policy_follows_the_injected_available_memory() {
+        let (_f, map) = mapped_file(3 * CHUNK);
+        let len = map.len();
+        // 3 chunks against 4 chunks available at 50%: too large.
+        let (p, d) = Prefetcher::start(&map, 0, len, 50, || Some(4 * CHUNK as u64));
+        assert!(p.is_none());
+        assert!(
+            matches!(d, PrefetchDecision::Skipped(SkipReason::TooLarge { bytes, mem_available, max_percent: 50 })
+                if bytes == len as u64 && mem_available == 4 * CHUNK as u64),
+            "{d:?}"
+        );
+        let (p, d) = Prefetcher::start(&map, 0, len, 50, || None);
+        assert!(p.is_none());
+        assert_eq!(d, PrefetchDecision::Skipped(SkipReason::MemoryUnknown));
+        // Against 8 chunks it fits and runs to the end.
+        let (p, d) = Prefetcher::start(&map, 0, len, 50, || Some(8 * CHUNK as u64));
+        assert_eq!(d.kind(), "background");
+        let p = p.unwrap();
+        let done = p.wait();
+        assert_eq!(done.state, PrefetchState::Finished);
+        assert_eq!(done.bytes_done, len as u64);
+    }
+
+    #[test]
+    fn it_stops_when_memory_stops_fitting() {
+        use std::sync::atomic::AtomicUsize;
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        // Plenty at the start, nothing at the first re-check.
+        fn shrinking() -> Option<u64> {
+            match CALLS.fetch_add(1, Ordering::SeqCst) {
+                0 => Some(u64::MAX / 200),
+                _ => Some(0),
+            }
+        }
+        let (_f, map) = mapped_file(RECHECK + 2 * CHUNK);
+        let len = map.len();
+        let (p, _) = Prefetcher::start(&map, 0, len, 50, shrinking);
+        let done = p.unwrap().wait();
+        assert_eq!(done.state, PrefetchState::StoppedForMemory);
+        assert!(done.bytes_done >= RECHECK as u64 && done.bytes_done < len as u64);
+    }
+
+    #[test]
+    fn drop_stops_and_joins_the_thread() {
+        let (_f, map) = mapped_file(4 * CHUNK);
+        let len = map.len();
+        let (p, _) = Prefetcher::start(&map, 0, len, 100, || Some(u64::MAX / 200));
+        let p = p.unwrap();
+        let shared = Arc::clone(&p.shared);
+        drop(p);
+        // Joined: the thread has set its final state, and it held the last
+        // other reference to `shared` and to the mapping.
+        assert_ne!(shared.state.load(Ordering::Acquire), RUNNING);
+        assert_eq!(Arc::strong_count(&shared), 1);
+        assert_eq!(Arc::strong_count(&map), 1);
+    }
+}
