@@ -353,6 +353,34 @@ pub enum Error {
         buffer: String,
     },
 
+    // ---- dequantization --------------------------------------------------------
+    /// A type with no dequantization to f32 (Q8_1, C64).
+    #[error("{ty} has no dequantization to f32")]
+    NoDequantize {
+        /// The type.
+        ty: TensorType,
+    },
+    /// Bytes to dequantize that are not a whole number of blocks.
+    #[error("{nbytes} bytes of {ty} are not a whole number of {block_bytes}-byte blocks")]
+    RaggedBlocks {
+        /// The type.
+        ty: TensorType,
+        /// The bytes given.
+        nbytes: usize,
+        /// Bytes per block of the type.
+        block_bytes: usize,
+    },
+    /// An output slice whose length is not the number of elements dequantized.
+    #[error("dequantizing {ty}: output holds {found} floats, the input has {expected} elements")]
+    OutputLength {
+        /// The type.
+        ty: TensorType,
+        /// Elements in the input.
+        expected: usize,
+        /// The output's length.
+        found: usize,
+    },
+
     // ---- loader --------------------------------------------------------------
     /// The mapped path failed and fallback was turned off.
     #[error("mapped load failed and fallback is off: {reason}")]
@@ -424,6 +452,9 @@ impl Error {
             Error::MisalignedPlacement { .. } => "misaligned_placement",
             Error::ReadOnly { .. } => "read_only",
             Error::NotHost { .. } => "not_host",
+            Error::NoDequantize { .. } => "no_dequantize",
+            Error::RaggedBlocks { .. } => "ragged_blocks",
+            Error::OutputLength { .. } => "output_length",
             Error::MmapFailed { .. } => "mmap_failed",
             Error::Mlock { .. } => "mlock",
         }

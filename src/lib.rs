@@ -10,12 +10,15 @@ pub mod gguf;
 pub mod loader;
 pub mod mmap;
 pub mod prefetch;
+pub mod quant;
 pub mod safetensors;
 pub mod tensor;
 pub mod types;
 
+pub use bytemuck::Pod;
 pub use error::{Error, Result};
 pub use format::{Format, Header};
+pub use half::{bf16, f16};
 pub use loader::{
     FallbackReason, LoadMode, LoadOptions, LoadReport, MappedWeights, OwnedTensor, Prefetch,
     TensorRef, Weights, WeightsHeader,

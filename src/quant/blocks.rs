@@ -1,0 +1,165 @@
+//! Typed blocks of the quantized types that `buffer::view` has no struct for.
+//!
+//! Each is ggml's `block_*` struct from `ggml-common.h` (ggml-org/ggml, commit
+//! d99724f2b141), field for field, `#[repr(C)]` and without padding, so a
+//! tensor's bytes can be viewed as a slice of them with [`crate::buffer::view`].
+//! A compile-time check ties each struct's size to the type table's bytes per
+//! block. Multi-byte fields are little-endian, as in the file.
+
+use bytemuck::{Pod, Zeroable};
+use half::f16;
+
+use crate::buffer::Element;
+use crate::types::TensorType;
+
+macro_rules! blocks {
+    ($($(#[$doc:meta])* $name:ident for $ty:ident { $($(#[$fdoc:meta])* $field:ident: $fty:ty),* $(,)? })*) => {$(
+        $(#[$doc])*
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable)]
+        pub struct $name { $($(#[$fdoc])* pub $field: $fty),* }
+
+        impl Element for $name {
+            const NAME: &'static str = stringify!($name);
+            fn accepts(ty: TensorType) -> bool {
+                ty == TensorType::$ty
+            }
+        }
+
+        const _: () = assert!(
+            std::mem::size_of::<$name>() as u64 == TensorType::$ty.type_size(),
+            concat!(stringify!($name), " does not match ggml's block size"),
+        );
+    )*};
+}
+
+blocks! {
+    /// ggml's `block_q1_0`: 128 weights of one bit each, `±d` (18 bytes).
+    BlockQ1_0 for Q1_0 {
+        /// Scale.
+        d: f16,
+        /// One bit per weight, weight `j` at bit `j % 8` of byte `j / 8`.
+        qs: [u8; 16],
+    }
+    /// ggml's `block_q2_0`: 64 weights of two bits each, `(q - 1) * d` (18 bytes).
+    BlockQ2_0 for Q2_0 {
+        /// Scale.
+        d: f16,
+        /// Two bits per weight, weight `j` at bits `2 * (j % 4)` of byte `j / 4`.
+        qs: [u8; 16],
+    }
+    /// ggml's `block_iq2_xxs`: 2.06 bits per weight (66 bytes).
+    BlockIQ2XXS for IQ2_XXS {
+        /// Super-block scale.
+        d: f16,
+        /// Per 32 weights, four grid indices (bytes) then 4×7 sign bits and a 4-bit scale.
+        qs: [u16; 32],
+    }
+    /// ggml's `block_iq2_xs`: 2.31 bits per weight (74 bytes).
+    BlockIQ2XS for IQ2_XS {
+        /// Super-block scale.
+        d: f16,
+        /// 9-bit grid index and 7 sign bits per group of eight weights.
+        qs: [u16; 32],
+        /// Two 4-bit scales per 32 weights.
+        scales: [u8; 8],
+    }
+    /// ggml's `block_iq2_s`: 2.56 bits per weight (82 bytes).
+    BlockIQ2S for IQ2_S {
+        /// Super-block scale.
+        d: f16,
+        /// Low 8 bits of the grid indices (32 bytes), then the sign bytes (32 bytes).
+        qs: [u8; 64],
+        /// High 2 bits of the grid indices.
+        qh: [u8; 8],
+        /// Two 4-bit scales per 32 weights.
+        scales: [u8; 8],
+    }
+    /// ggml's `block_iq3_xxs`: 3.06 bits per weight (98 bytes).
+    BlockIQ3XXS for IQ3_XXS {
+        /// Super-block scale.
+        d: f16,
+        /// Grid indices (64 bytes), then per 32 weights 4×7 sign bits and a 4-bit scale (32 bytes).
+        qs: [u8; 96],
+    }
+    /// ggml's `block_iq3_s`: 3.44 bits per weight (110 bytes).
+    BlockIQ3S for IQ3_S {
+        /// Super-block scale.
+        d: f16,
+        /// Low 8 bits of the grid indices.
+        qs: [u8; 64],
+        /// Ninth bit of the grid indices.
+        qh: [u8; 8],
+        /// One sign bit per weight.
+        signs: [u8; 32],
+        /// Two 4-bit scales per 64 weights.
+        scales: [u8; 4],
+    }
+    /// ggml's `block_iq1_s`: 1.56 bits per weight (50 bytes).
+    BlockIQ1S for IQ1_S {
+        /// Super-block scale.
+        d: f16,
+        /// Low 8 bits of the grid indices.
+        qs: [u8; 32],
+        /// Per 32 weights: 4×3 high index bits, a 3-bit scale and the delta's sign.
+        qh: [u16; 8],
+    }
+    /// ggml's `block_iq1_m`: 1.75 bits per weight (56 bytes); the f16 scale is
+    /// spread over the top nibbles of `scales`.
+    BlockIQ1M for IQ1_M {
+        /// Low 8 bits of the grid indices.
+        qs: [u8; 32],
+        /// High 3 bits of the grid indices and the delta's sign, per group of eight.
+        qh: [u8; 16],
+        /// 3-bit scales per 16 weights; bits 12–15 of the four `u16`s form the f16 scale.
+        scales: [u8; 8],
+    }
+    /// ggml's `block_iq4_nl`: 32 weights through a non-linear 4-bit code book (18 bytes).
+    BlockIQ4NL for IQ4_NL {
+        /// Scale.
+        d: f16,
+        /// Code book indices: weight `j` in the low nibble of byte `j`, weight `j + 16` in the high one.
+        qs: [u8; 16],
+    }
+    /// ggml's `block_iq4_xs`: 4.25 bits per weight (136 bytes).
+    BlockIQ4XS for IQ4_XS {
+        /// Super-block scale.
+        d: f16,
+        /// High 2 bits of the eight 6-bit scales.
+        scales_h: u16,
+        /// Low 4 bits of the eight 6-bit scales.
+        scales_l: [u8; 4],
+        /// Code book indices, two per byte.
+        qs: [u8; 128],
+    }
+    /// ggml's `block_tq1_0`: ternary, five weights per byte in base 3 (54 bytes).
+    BlockTQ1_0 for TQ1_0 {
+        /// 240 weights, five per byte.
+        qs: [u8; 48],
+        /// 16 weights, four per byte.
+        qh: [u8; 4],
+        /// Scale.
+        d: f16,
+    }
+    /// ggml's `block_tq2_0`: ternary, two bits per weight (66 bytes).
+    BlockTQ2_0 for TQ2_0 {
+        /// Two bits per weight.
+        qs: [u8; 64],
+        /// Scale.
+        d: f16,
+    }
+    /// ggml's `block_mxfp4`: 32 E2M1 weights and an E8M0 scale (17 bytes).
+    BlockMXFP4 for MXFP4 {
+        /// E8M0 shared exponent.
+        e: u8,
+        /// E2M1 codes: weight `j` in the low nibble of byte `j`, weight `j + 16` in the high one.
+        qs: [u8; 16],
+    }
+    /// ggml's `block_nvfp4`: 64 E2M1 weights, a UE4M3 scale per 16 (36 bytes).
+    BlockNVFP4 for NVFP4 {
+        /// UE4M3 scales, one per 16 weights.
+        d: [u8; 4],
+        /// E2M1 codes, 8 bytes per sub-block of 16: weight `j` in the low nibble of byte `j`, weight `j + 8` in the high one.
+        qs: [u8; 32],
+    }
+}
