@@ -386,7 +386,35 @@ pub enum Error {
     #[error("mapped load failed and fallback is off: {reason}")]
     MmapFailed {
         /// Why the mapped path could not be used.
-        reason: crate::loader::FallbackReason,
+        reason: FallbackReason,
+    },
+    /// The mapped path could not be used, and the stream path it fell back
+    /// to failed too: both causes.
+    #[error("mapping failed ({reason}), then streaming failed ({source})")]
+    FallbackFailed {
+        /// Why the mapped path was not used.
+        reason: FallbackReason,
+        /// The stream path's error.
+        #[source]
+        source: Box<Error>,
+    },
+    /// A buffer type's `alloc_size` for a tensor is smaller than the tensor.
+    #[error("buffer type '{buffer_type}' gives tensor '{tensor}' {alloc_size} bytes, less than its {nbytes}")]
+    AllocSizeTooSmall {
+        /// The buffer type.
+        buffer_type: String,
+        /// The tensor.
+        tensor: String,
+        /// What `alloc_size` returned.
+        alloc_size: usize,
+        /// The tensor's size.
+        nbytes: u64,
+    },
+    /// `buffer_from_host_ptr` on a buffer type that cannot wrap host memory.
+    #[error("buffer type '{buffer_type}' cannot wrap host memory (no buffer_from_host_ptr)")]
+    HostPtrUnsupported {
+        /// The buffer type.
+        buffer_type: String,
     },
     /// `mlock` of the tensor region failed.
     #[error("mlock of {len} bytes failed (RLIMIT_MEMLOCK soft limit {limit}): {source}; raise it with `ulimit -l` or drop the lock option")]
@@ -456,7 +484,88 @@ impl Error {
             Error::RaggedBlocks { .. } => "ragged_blocks",
             Error::OutputLength { .. } => "output_length",
             Error::MmapFailed { .. } => "mmap_failed",
+            Error::FallbackFailed { .. } => "fallback_failed",
+            Error::AllocSizeTooSmall { .. } => "alloc_size_too_small",
+            Error::HostPtrUnsupported { .. } => "host_ptr_unsupported",
             Error::Mlock { .. } => "mlock",
+        }
+    }
+}
+
+/// Why the mapped path was not used. Only causes the stream path can do
+/// better on are fallback reasons; a missing, unreadable, empty or invalid
+/// file is an [`Error`] in either mode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FallbackReason {
+    /// This platform has no file mapping weightmap uses.
+    Unsupported,
+    /// The buffer type cannot view host memory: it is not host-visible and
+    /// has no `buffer_from_host_ptr`, so tensors must be copied to it.
+    NotHostBuffer {
+        /// The buffer type's name.
+        buffer_type: String,
+    },
+    /// `mmap` failed (a filesystem that refuses it, no address space, ...).
+    Map {
+        /// The OS error.
+        error: String,
+    },
+    /// A tensor's address is not aligned for its buffer type, and the
+    /// options asked for every tensor mapped or none
+    /// (`LoadOptions::require_all_mapped`). Without that option, such a
+    /// tensor is copied and the rest stay mapped.
+    Misaligned {
+        /// The first such tensor, in file order.
+        tensor: String,
+        /// Its address in the mapping.
+        address: usize,
+        /// Its file offset.
+        file_offset: u64,
+        /// The alignment it needs.
+        alignment: usize,
+    },
+    /// The file changed between being opened and being placed: its length
+    /// or modification time, or the path now names another file.
+    FileChanged {
+        /// What changed, e.g. `length 4096 -> 2048`.
+        detail: String,
+    },
+}
+
+impl FallbackReason {
+    /// A short, stable name: `"unsupported"`, `"not_host"`, `"map"`,
+    /// `"misaligned"`, `"file_changed"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            FallbackReason::Unsupported => "unsupported",
+            FallbackReason::NotHostBuffer { .. } => "not_host",
+            FallbackReason::Map { .. } => "map",
+            FallbackReason::Misaligned { .. } => "misaligned",
+            FallbackReason::FileChanged { .. } => "file_changed",
+        }
+    }
+}
+
+impl std::fmt::Display for FallbackReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FallbackReason::Unsupported => write!(f, "file mapping is not supported on this platform"),
+            FallbackReason::NotHostBuffer { buffer_type } => write!(
+                f,
+                "buffer type '{buffer_type}' is not host-visible and cannot wrap host memory"
+            ),
+            FallbackReason::Map { error } => write!(f, "mmap failed: {error}"),
+            FallbackReason::Misaligned {
+                tensor,
+                address,
+                file_offset,
+                alignment,
+            } => write!(
+                f,
+                "tensor '{tensor}' at file offset {file_offset} (address {address:#x}) is not aligned to {alignment}"
+            ),
+            FallbackReason::FileChanged { detail } => write!(f, "the file changed while mapped: {detail}"),
         }
     }
 }

@@ -16,12 +16,13 @@ pub mod tensor;
 pub mod types;
 
 pub use bytemuck::Pod;
+pub use error::FallbackReason;
 pub use error::{Error, Result};
 pub use format::{Format, Header};
 pub use half::{bf16, f16};
 pub use loader::{
-    FallbackReason, LoadMode, LoadOptions, LoadReport, MappedWeights, OwnedTensor, Prefetch,
-    TensorRef, Weights, WeightsHeader,
+    CopyReason, LoadMode, LoadOptions, LoadReport, MappedWeights, OwnedTensor, PlacementKind,
+    Prefetch, TensorRef, Weights, WeightsHeader,
 };
 pub use mmap::AccessAdvice;
 pub use prefetch::{AdvicePolicy, PrefetchDecision};

@@ -375,41 +375,45 @@ impl Shared {
     }
 }
 
-/// Read `[start, end)` of `map` in file order: queue reads (`WILLNEED`) up
-/// to [`AHEAD`] bytes ahead, map one [`CHUNK`] at a time behind them
-/// (`MADV_POPULATE_READ`), and stop when asked or when the rest no longer
-/// fits in memory. Returns the final state.
+/// Read `ranges` of `map` (sorted, disjoint) in file order: queue reads
+/// (`WILLNEED`) up to [`AHEAD`] bytes ahead, map one [`CHUNK`] at a time
+/// behind them (`MADV_POPULATE_READ`), and stop when asked or when the rest
+/// no longer fits in memory. Returns the final state.
 fn read_in_order(
     map: &Mapping,
-    start: usize,
-    end: usize,
+    ranges: &[(usize, usize)],
     shared: &Shared,
     mem: Option<(MemReader, u8)>,
 ) -> u8 {
-    let mut queued = start;
-    let mut pos = start;
-    let mut next_check = start + RECHECK;
-    while pos < end {
-        if shared.stop.load(Ordering::Relaxed) {
-            return STOPPED_DROP;
-        }
-        let ahead = end.min(pos.saturating_add(AHEAD));
-        if queued < ahead {
-            map.will_need(queued, ahead);
-            queued = ahead;
-        }
-        let n = CHUNK.min(end - pos);
-        if map.populate_read(pos, pos + n).is_err() {
-            return STOPPED_ERROR;
-        }
-        pos += n;
-        shared.done.store((pos - start) as u64, Ordering::Relaxed);
-        if let Some((avail, pct)) = mem {
-            if pos >= next_check && pos < end {
-                next_check = pos + RECHECK;
-                match avail() {
-                    Some(a) if fits((end - pos) as u64, a, pct) => {}
-                    _ => return STOPPED_MEMORY,
+    let total = shared.total;
+    let mut done = 0u64;
+    let mut next_check = RECHECK as u64;
+    for &(start, end) in ranges {
+        let mut queued = start;
+        let mut pos = start;
+        while pos < end {
+            if shared.stop.load(Ordering::Relaxed) {
+                return STOPPED_DROP;
+            }
+            let ahead = end.min(pos.saturating_add(AHEAD));
+            if queued < ahead {
+                map.will_need(queued, ahead);
+                queued = ahead;
+            }
+            let n = CHUNK.min(end - pos);
+            if map.populate_read(pos, pos + n).is_err() {
+                return STOPPED_ERROR;
+            }
+            pos += n;
+            done += n as u64;
+            shared.done.store(done, Ordering::Relaxed);
+            if let Some((avail, pct)) = mem {
+                if done >= next_check && done < total {
+                    next_check = done + RECHECK as u64;
+                    match avail() {
+                        Some(a) if fits(total - done, a, pct) => {}
+                        _ => return STOPPED_MEMORY,
+                    }
                 }
             }
         }
@@ -417,10 +421,14 @@ fn read_in_order(
     FINISHED
 }
 
-/// Read and map `[start, end)` in the calling thread ([`Prefetch::Populate`]).
-pub(crate) fn populate(map: &Mapping, start: usize, end: usize) {
-    let shared = Shared::new((end - start) as u64);
-    read_in_order(map, start, end, &shared, None);
+fn total_of(ranges: &[(usize, usize)]) -> u64 {
+    ranges.iter().map(|r| (r.1 - r.0) as u64).sum()
+}
+
+/// Read and map `ranges` in the calling thread ([`Prefetch::Populate`]).
+pub(crate) fn populate(map: &Mapping, ranges: &[(usize, usize)]) {
+    let shared = Shared::new(total_of(ranges));
+    read_in_order(map, ranges, &shared, None);
 }
 
 /// A background prefetch of a mapping's tensor region, stopped and joined on
@@ -436,12 +444,11 @@ impl Prefetcher {
     /// outside tests) and, if the region fits, start the thread.
     pub(crate) fn start(
         map: &Arc<Mapping>,
-        start: usize,
-        end: usize,
+        ranges: Vec<(usize, usize)>,
         max_percent: u8,
         mem: MemReader,
     ) -> (Option<Prefetcher>, PrefetchDecision) {
-        let bytes = (end - start) as u64;
+        let bytes = total_of(&ranges);
         let avail = match decide(bytes, mem(), max_percent) {
             Ok(a) => a,
             Err(r) => return (None, PrefetchDecision::Skipped(r)),
@@ -452,7 +459,7 @@ impl Prefetcher {
             .name("weightmap-prefetch".into())
             .stack_size(64 << 10)
             .spawn(move || {
-                let state = read_in_order(&m, start, end, &s, Some((mem, max_percent)));
+                let state = read_in_order(&m, &ranges, &s, Some((mem, max_percent)));
                 s.finish(state);
             });
         match spawned {
@@ -536,18 +543,18 @@ mod tests {
         let (_f, map) = mapped_file(3 * CHUNK);
         let len = map.len();
         // 3 chunks against 4 chunks available at 50%: too large.
-        let (p, d) = Prefetcher::start(&map, 0, len, 50, || Some(4 * CHUNK as u64));
+        let (p, d) = Prefetcher::start(&map, vec![(0, len)], 50, || Some(4 * CHUNK as u64));
         assert!(p.is_none());
         assert!(
             matches!(d, PrefetchDecision::Skipped(SkipReason::TooLarge { bytes, mem_available, max_percent: 50 })
                 if bytes == len as u64 && mem_available == 4 * CHUNK as u64),
             "{d:?}"
         );
-        let (p, d) = Prefetcher::start(&map, 0, len, 50, || None);
+        let (p, d) = Prefetcher::start(&map, vec![(0, len)], 50, || None);
         assert!(p.is_none());
         assert_eq!(d, PrefetchDecision::Skipped(SkipReason::MemoryUnknown));
         // Against 8 chunks it fits and runs to the end.
-        let (p, d) = Prefetcher::start(&map, 0, len, 50, || Some(8 * CHUNK as u64));
+        let (p, d) = Prefetcher::start(&map, vec![(0, len)], 50, || Some(8 * CHUNK as u64));
         assert_eq!(d.kind(), "background");
         let p = p.unwrap();
         let done = p.wait();
@@ -568,7 +575,7 @@ mod tests {
         }
         let (_f, map) = mapped_file(RECHECK + 2 * CHUNK);
         let len = map.len();
-        let (p, _) = Prefetcher::start(&map, 0, len, 50, shrinking);
+        let (p, _) = Prefetcher::start(&map, vec![(0, len)], 50, shrinking);
         let done = p.unwrap().wait();
         assert_eq!(done.state, PrefetchState::StoppedForMemory);
         assert!(done.bytes_done >= RECHECK as u64 && done.bytes_done < len as u64);
@@ -578,7 +585,7 @@ mod tests {
     fn drop_stops_and_joins_the_thread() {
         let (_f, map) = mapped_file(4 * CHUNK);
         let len = map.len();
-        let (p, _) = Prefetcher::start(&map, 0, len, 100, || Some(u64::MAX / 200));
+        let (p, _) = Prefetcher::start(&map, vec![(0, len)], 100, || Some(u64::MAX / 200));
         let p = p.unwrap();
         let shared = Arc::clone(&p.shared);
         drop(p);

@@ -257,6 +257,21 @@ fn bad_usage_exits_2() {
     assert_eq!(run(&["--help"]).status.code(), Some(0));
 }
 
+/// The (name, sha256) pairs of a `load --hashes --json` report.
+fn hashes(v: &Value) -> Vec<(String, String)> {
+    v["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().to_owned(),
+                t["sha256"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
 fn load_json(file: &Path, mode: &str, extra: &[&str]) -> Value {
     let mut args = vec!["load", p(file), "--mode", mode, "--json"];
     args.extend_from_slice(extra);
@@ -275,8 +290,12 @@ fn load_both_modes_give_the_same_bytes() {
         "mode_used",
         "fallback",
         "tensors_count",
+        "tensors_mapped",
+        "tensors_copied",
         "bytes_mapped",
         "bytes_copied",
+        "copied",
+        "buffers",
         "load_ms",
         "touch_ms",
         "ready_ms",
@@ -319,7 +338,7 @@ fn load_both_modes_give_the_same_bytes() {
         assert!(mmap["vm_hwm_kib"].as_u64().unwrap() > 0);
     }
 
-    assert_eq!(mmap["tensors"], stream["tensors"]);
+    assert_eq!(hashes(&mmap), hashes(&stream));
     let hashes = mmap["tensors"].as_array().unwrap();
     let mt = m["tensors"].as_array().unwrap();
     assert_eq!(hashes.len(), mt.len());
@@ -332,20 +351,45 @@ fn load_both_modes_give_the_same_bytes() {
 }
 
 #[test]
-fn load_misaligned_file_falls_back_or_fails() {
+fn load_misaligned_file_copies_only_what_it_must() {
     let f = testdata("align8.gguf");
-    let v = load_json(&f, "mmap", &[]);
+    let v = load_json(&f, "mmap", &["--hashes"]);
     assert_eq!(v["mode_requested"], "mmap");
+    assert_eq!(v["mode_used"], "mmap");
+    assert_eq!(v["fallback"], Value::Null);
+    let copied: Vec<&str> = v["copied"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert!(copied.contains(&"b.f16x5"), "{copied:?}");
+    let (m, c) = (
+        v["tensors_mapped"].as_u64().unwrap(),
+        v["tensors_copied"].as_u64().unwrap(),
+    );
+    assert_eq!(c as usize, copied.len());
+    assert_eq!(m + c, v["tensors_count"].as_u64().unwrap());
+    assert!(m > 0 && v["bytes_copied"].as_u64().unwrap() > 0);
+    for t in v["tensors"].as_array().unwrap() {
+        let name = t["name"].as_str().unwrap();
+        let want = if copied.contains(&name) {
+            "copied"
+        } else {
+            "mapped"
+        };
+        assert_eq!(t["placement"], want, "{name}");
+    }
+    let stream = load_json(&f, "stream", &["--hashes"]);
+    assert_eq!(hashes(&v), hashes(&stream));
+
+    // All or nothing: without fallback that fails naming the tensor; with
+    // it, the stream path runs and says why.
+    let err = assert_fails(&["load", p(&f), "--no-fallback", "--require-all-mapped"]);
+    assert!(err.contains("b.f16x5"), "{err}");
+    let v = load_json(&f, "mmap", &["--require-all-mapped"]);
     assert_eq!(v["mode_used"], "stream");
     assert_eq!(v["fallback"]["kind"], "misaligned");
-    assert!(v["fallback"]["detail"]
-        .as_str()
-        .unwrap()
-        .contains("b.f16x5"));
-    assert_eq!(v["bytes_mapped"], 0);
-
-    let err = assert_fails(&["load", p(&f), "--mode", "mmap", "--no-fallback"]);
-    assert!(err.contains("b.f16x5"), "{err}");
     // The stream path never needed the mapping.
     let v = load_json(&f, "stream", &["--no-fallback"]);
     assert_eq!(v["mode_used"], "stream");
@@ -481,7 +525,17 @@ fn gen_then_inspect_gguf() {
     let a = load_json(&f, "mmap", &["--hashes", "--no-fallback"]);
     let b = load_json(&f, "stream", &["--hashes"]);
     assert_eq!(a["mode_used"], "mmap");
-    assert_eq!(a["tensors"], b["tensors"]);
+    assert_eq!(hashes(&a), hashes(&b));
+    assert!(a["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t["placement"] == "mapped"));
+    assert!(b["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t["placement"] == "copied"));
 }
 
 #[test]
@@ -579,7 +633,8 @@ fn bench_reports_identical_bytes() {
     );
     assert_eq!(v["identical_bytes"], true);
 
-    // A file that needs the fallback: bench runs and says so.
+    // A file with misaligned tensors: bench runs, the mapped mode copies
+    // just those, and the bytes agree.
     let v = run_json(&[
         "bench",
         p(&testdata("align8.gguf")),
@@ -589,9 +644,9 @@ fn bench_reports_identical_bytes() {
         "0",
         "--json",
     ]);
-    assert_eq!(v["modes"]["mmap"]["mode_used"], "stream");
-    let fb = v["modes"]["mmap"]["fallback"].as_str().unwrap();
-    assert!(fb.contains("misaligned") && fb.contains("b.f16x5"), "{fb}");
+    assert_eq!(v["modes"]["mmap"]["mode_used"], "mmap");
+    assert!(v["modes"]["mmap"]["bytes_copied"].as_u64().unwrap() > 0);
+    assert_eq!(v["modes"]["mmap"]["fallback"], Value::Null);
     assert_eq!(v["identical_bytes"], true);
 }
 

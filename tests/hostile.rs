@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use common::{sample_spec, tt, vt, GgufSpec, Kv, RawGguf, Tensor};
 use weightmap::gguf::write::Writer;
 use weightmap::gguf::Gguf;
-use weightmap::{Error, FallbackReason, LoadMode, LoadOptions, LoadReport, TensorType, Weights};
+use weightmap::{Error, LoadMode, LoadOptions, LoadReport, TensorType, Weights};
 
 // ---- helpers -------------------------------------------------------------------
 
@@ -29,10 +29,7 @@ fn load_mapped(path: &Path) -> weightmap::Result<Weights> {
 }
 
 fn load_mapped_no_fallback(path: &Path) -> weightmap::Result<Weights> {
-    let opts = LoadOptions {
-        fallback: false,
-        ..Default::default()
-    };
+    let opts = LoadOptions::new().fallback(false);
     // SAFETY: as in `load_mapped`.
     unsafe { Weights::load(path, &opts) }
 }
@@ -68,24 +65,15 @@ fn both_err(path: &Path) -> Error {
     }
 }
 
-/// The mapped path, with fallback off, must reject a bad file itself: as
-/// `InvalidFile` naming `e`'s kind, or `OutOfBounds` for a tensor past the end.
+/// The mapped path, with fallback off, must reject a bad file itself, with
+/// the same error as the stream path: an invalid file is an error in either
+/// mode, never a fallback reason.
 #[track_caller]
 fn assert_mapped_path_rejects(path: &Path, e: &Error) {
     match load_mapped_no_fallback(path) {
-        Err(Error::MmapFailed {
-            reason: FallbackReason::InvalidFile { kind, message },
-        }) => {
-            assert_eq!(kind, e.kind(), "{message}");
-            assert_eq!(message, e.to_string());
-        }
-        Err(Error::MmapFailed {
-            reason: FallbackReason::OutOfBounds { tensor, .. },
-        }) => {
-            assert!(
-                matches!(e, Error::TensorOutOfBounds { tensor: t, .. } if *t == tensor),
-                "mapped path: out of bounds '{tensor}'; stream path: {e}"
-            );
+        Err(m) => {
+            assert_eq!(m.kind(), e.kind(), "{m}");
+            assert_eq!(m.to_string(), e.to_string());
         }
         other => panic!(
             "mapped path without fallback: expected a rejection, got {}",
@@ -551,9 +539,7 @@ fn empty_file() {
     assert!(matches!(both_err(&path), Error::EmptyFile { .. }));
     assert!(matches!(
         load_mapped_no_fallback(&path),
-        Err(Error::MmapFailed {
-            reason: FallbackReason::EmptyFile
-        })
+        Err(Error::EmptyFile { .. })
     ));
 }
 
@@ -692,12 +678,7 @@ fn directory_fifo_and_device_are_not_files_in_either_mode() {
             path.display()
         );
         assert!(
-            matches!(
-                load_mapped_no_fallback(path),
-                Err(Error::MmapFailed {
-                    reason: FallbackReason::NotRegularFile
-                })
-            ),
+            matches!(load_mapped_no_fallback(path), Err(Error::NotAFile { .. })),
             "{}",
             path.display()
         );
@@ -716,11 +697,10 @@ fn missing_path_and_dangling_symlink() {
             matches!(e, Error::Io { op: "stat", ref source, .. } if source.kind() == std::io::ErrorKind::NotFound),
             "{e:?}"
         );
+        // Not a fallback reason: the same typed error, NotFound kept.
         assert!(matches!(
             load_mapped_no_fallback(&path),
-            Err(Error::MmapFailed {
-                reason: FallbackReason::Open { .. }
-            })
+            Err(Error::Io { op: "stat", ref source, .. }) if source.kind() == std::io::ErrorKind::NotFound
         ));
     }
 }
@@ -747,9 +727,7 @@ fn file_without_read_permission() {
     );
     assert!(matches!(
         load_mapped_no_fallback(&path),
-        Err(Error::MmapFailed {
-            reason: FallbackReason::Open { .. }
-        })
+        Err(Error::Io { op: "open", ref source, .. }) if source.kind() == std::io::ErrorKind::PermissionDenied
     ));
 }
 
@@ -818,7 +796,7 @@ fn ggml_two_huge_i8_tensors_are_invalid() {
 #[test]
 fn ggml_alignment_1_is_valid() {
     // Tensors at odd offsets: valid, but not zero-copy placeable in a
-    // 32-byte-aligned buffer, so the mapped load falls back and says why.
+    // 32-byte-aligned buffer, so the mapped load copies them and says why.
     let spec = GgufSpec::new()
         .alignment_key(1)
         .tensor(Tensor::new("a", tt::F32, &[3]))
@@ -831,15 +809,17 @@ fn ggml_alignment_1_is_valid() {
     for (i, b) in l.bytes.iter().enumerate() {
         assert_eq!(*b, common::pattern(i, l.nbytes[i] as usize));
     }
-    assert_eq!(l.mapped_report.mode_used, LoadMode::Stream);
-    assert!(
-        matches!(
-            l.mapped_report.fallback,
-            Some(FallbackReason::Misaligned { .. })
-        ),
-        "{:?}",
-        l.mapped_report.fallback
-    );
+    assert_eq!(l.mapped_report.mode_used, LoadMode::Mmap);
+    assert_eq!(l.mapped_report.fallback, None);
+    // With alignment 1 the data section itself starts unpadded, so all
+    // three sit at addresses off 32 (and f32 "a" off 4): all are copied.
+    let copied: Vec<&str> = l
+        .mapped_report
+        .copied
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(copied, ["a", "b", "c"]);
 }
 
 #[test]
@@ -995,15 +975,16 @@ fn rewrite_fixture(dir: &Path) -> (PathBuf, Vec<u8>) {
     (path, data)
 }
 
-/// The file's tensor bytes rewritten (same length) after mapping and
-/// validation, before placement. The loader's length re-check cannot see
-/// this, so the mapped path goes ahead — and, on Linux, the mapping shows the
-/// NEW bytes: a read-only MAP_PRIVATE mapping shares the page cache until a
-/// page is written through the mapping (never, here), so pages read before or
-/// after the rewrite both show the file as it is now. This is exactly why
-/// `Weights::load` is `unsafe`: had a `&[u8]` of the tensor been handed out
-/// before the rewrite, memory Rust assumes immutable would have changed under
-/// it. The stream path copies, so it sees whatever the file held when read.
+/// The file's tensor bytes rewritten (same length) after the load returned
+/// (a rewrite before placement is noticed by its modification time, see the
+/// loader's unit tests). On Linux the mapping shows the NEW bytes: a
+/// read-only MAP_PRIVATE mapping shares the page cache until a page is
+/// written through the mapping (never, here), so pages read before or after
+/// the rewrite both show the file as it is now. This is exactly why
+/// `Weights::load` is `unsafe`: had a `&[u8]` of the tensor been held across
+/// the rewrite, memory Rust assumes immutable would have changed under it;
+/// this test takes its views only afterwards. The stream path copies, so it
+/// sees whatever the file held when read.
 #[cfg(target_os = "linux")]
 #[test]
 fn tensor_bytes_rewritten_under_the_mapping_show_through() {
@@ -1012,14 +993,11 @@ fn tensor_bytes_rewritten_under_the_mapping_show_through() {
     let before = load_streamed(&path).unwrap();
     assert_eq!(before.tensor("w").unwrap().to_vec().unwrap(), original);
 
-    let opts = LoadOptions {
-        before_place_hook: Some(rewrite_tensor_bytes),
-        fallback: false,
-        ..Default::default()
-    };
-    // SAFETY: the file is changed only by the hook, before any tensor is
-    // handed out, and not afterwards.
+    let opts = LoadOptions::new().fallback(false);
+    // SAFETY: the file is changed once, below, while no view of it is held,
+    // and not afterwards.
     let w = unsafe { Weights::load(&path, &opts) }.unwrap();
+    rewrite_tensor_bytes(&path);
     assert_eq!(w.report().mode_used, LoadMode::Mmap);
     assert_eq!(w.report().fallback, None);
     let t = w.tensor("w").unwrap();
@@ -1033,7 +1011,7 @@ fn tensor_bytes_rewritten_under_the_mapping_show_through() {
     assert_eq!(before.tensor("w").unwrap().to_vec().unwrap(), original);
 }
 
-/// The header rewritten after validation: the loader keeps the header it
+/// The header rewritten after the load: the loader keeps the header it
 /// validated (tensor descriptors are owned), so placement is unaffected;
 /// metadata is read lazily from the mapping and now reads garbage — which
 /// must not panic (string-array lengths are re-read from the bytes).
@@ -1042,14 +1020,11 @@ fn tensor_bytes_rewritten_under_the_mapping_show_through() {
 fn header_rewritten_under_the_mapping_does_not_panic() {
     let dir = tempfile::tempdir().unwrap();
     let (path, original) = rewrite_fixture(dir.path());
-    let opts = LoadOptions {
-        before_place_hook: Some(rewrite_header_bytes),
-        fallback: false,
-        ..Default::default()
-    };
-    // SAFETY: the file is changed only by the hook, before any tensor or
-    // metadata is handed out, and not afterwards.
+    let opts = LoadOptions::new().fallback(false);
+    // SAFETY: the file is changed once, below, while no view of it is held,
+    // and not afterwards.
     let w = unsafe { Weights::load(&path, &opts) }.unwrap();
+    rewrite_header_bytes(&path);
     assert_eq!(w.report().mode_used, LoadMode::Mmap);
     assert_eq!(w.tensor("w").unwrap().to_vec().unwrap(), original);
     let md = w.gguf_metadata().unwrap();

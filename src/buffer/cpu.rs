@@ -81,6 +81,16 @@ impl BufferType for CpuBufferType {
     fn alloc_buffer_to_fill(&self, size: usize) -> Result<Box<dyn Buffer>> {
         Ok(Box::new(CpuBuffer::new(size, self.alignment, true)?))
     }
+    fn supports_host_ptr(&self) -> bool {
+        true
+    }
+    fn buffer_from_host_ptr(
+        &self,
+        region: HostRegion,
+        alignment: usize,
+    ) -> Result<Box<dyn Buffer>> {
+        Ok(Box::new(MappedBuffer::new(region, alignment)?))
+    }
 }
 
 /// An owned, aligned, zero-initialised host buffer.
@@ -209,35 +219,82 @@ impl Buffer for CpuBuffer {
     }
 }
 
+/// A byte range of a read-only file mapping, handed to
+/// [`BufferType::buffer_from_host_ptr`]: the memory a non-owning buffer
+/// views. It keeps the mapping alive (an `Arc`), and only the loader makes
+/// one, so it is covered by the `# Safety` contract of the load that mapped
+/// the file: the file must not change while it, or any buffer holding it,
+/// lives. It is not `Clone`.
+#[derive(Debug)]
+pub struct HostRegion {
+    map: Arc<Mapping>,
+    start: usize,
+    len: usize,
+}
+
+impl HostRegion {
+    pub(crate) fn new(map: Arc<Mapping>, start: usize, len: usize) -> Result<HostRegion> {
+        check_range(start, len, map.len())?;
+        Ok(HostRegion { map, start, len })
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map.bytes()[self.start..self.start + self.len]
+    }
+
+    /// Address of the first byte.
+    pub fn addr(&self) -> usize {
+        self.map.addr() + self.start
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Where the region starts in the file.
+    pub fn file_start(&self) -> usize {
+        self.start
+    }
+}
+
 /// A non-owning CPU buffer over a byte range of a file mapping (ggml's
 /// `CPU_Mapped` buffer from `ggml_backend_cpu_buffer_from_ptr`).
 ///
-/// It holds the [`Mapping`] through an `Arc`: the mapping lives as long as
-/// the longest-lived of its holders, and every byte view borrows the buffer,
-/// so no view can outlive the mapping. Dropping the buffer frees nothing but
-/// its handle. It is read-only: writes return [`Error::ReadOnly`].
-#[derive(Debug, Clone)]
+/// It holds its [`HostRegion`], and so the mapping, and every byte view
+/// borrows the buffer, so no view can outlive the mapping. It is neither
+/// `Clone` nor hands out the mapping: it lives inside the `Weights` that
+/// made it, which the load's `# Safety` contract covers. Dropping it frees
+/// nothing but its handle. It is read-only: writes return [`Error::ReadOnly`].
+///
+/// ```compile_fail
+/// // A mapped buffer cannot be cloned out of the weights that own it.
+/// fn keep(b: &weightmap::buffer::MappedBuffer) -> weightmap::buffer::MappedBuffer {
+///     b.clone()
+/// }
+/// ```
+#[derive(Debug)]
 pub struct MappedBuffer {
-    map: Arc<Mapping>,
-    start: usize,
-    size: usize,
+    region: HostRegion,
     alignment: usize,
     usage: BufferUsage,
 }
 
 impl MappedBuffer {
-    /// A buffer viewing `[start, start + size)` of `map`, whose tensors must
-    /// sit at multiples of `alignment`.
+    /// A buffer viewing `region`, whose tensors sit at multiples of
+    /// `alignment`.
     ///
     /// # Errors
-    /// [`Error::OutOfBuffer`] if the range is not inside the mapping,
     /// [`Error::InvalidAlignment`] for a bad alignment.
-    pub fn new(map: Arc<Mapping>, start: usize, size: usize, alignment: usize) -> Result<Self> {
-        check_range(start, size, map.len())?;
+    pub fn new(region: HostRegion, alignment: usize) -> Result<Self> {
         Ok(MappedBuffer {
-            map,
-            start,
-            size,
+            region,
             alignment: check_alignment(alignment)?,
             usage: BufferUsage::Weights,
         })
@@ -245,17 +302,12 @@ impl MappedBuffer {
 
     /// The viewed bytes.
     pub fn bytes(&self) -> &[u8] {
-        &self.map.bytes()[self.start..self.start + self.size]
-    }
-
-    /// The mapping this buffer keeps alive.
-    pub fn mapping(&self) -> &Arc<Mapping> {
-        &self.map
+        self.region.bytes()
     }
 
     /// Where the buffer starts in the mapping (and so in the file).
     pub fn file_start(&self) -> usize {
-        self.start
+        self.region.file_start()
     }
 
     fn read_only(&self) -> Error {
@@ -270,7 +322,7 @@ impl Buffer for MappedBuffer {
         "CPU_Mapped"
     }
     fn size(&self) -> usize {
-        self.size
+        self.region.len()
     }
     fn alignment(&self) -> usize {
         self.alignment
@@ -288,22 +340,22 @@ impl Buffer for MappedBuffer {
         true
     }
     fn base_addr(&self) -> usize {
-        self.map.addr() + self.start
+        self.region.addr()
     }
     fn host_bytes(&self) -> Option<&[u8]> {
         Some(self.bytes())
     }
     fn set(&mut self, offset: usize, data: &[u8]) -> Result<()> {
-        check_range(offset, data.len(), self.size)?;
+        check_range(offset, data.len(), self.size())?;
         Err(self.read_only())
     }
     fn get(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        let r = check_range(offset, out.len(), self.size)?;
+        let r = check_range(offset, out.len(), self.size())?;
         out.copy_from_slice(&self.bytes()[r]);
         Ok(())
     }
     fn memset(&mut self, offset: usize, len: usize, _value: u8) -> Result<()> {
-        check_range(offset, len, self.size)?;
+        check_range(offset, len, self.size())?;
         Err(self.read_only())
     }
 }

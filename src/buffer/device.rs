@@ -3,7 +3,7 @@
 //! It exists so the loader's path for non-host backends (stream through a
 //! bounded staging buffer, `set` each tensor) is exercised without a GPU.
 
-use super::{check_alignment, check_range, Buffer, BufferType, BufferUsage};
+use super::{check_alignment, check_range, Buffer, BufferType, BufferUsage, HostRegion};
 use crate::error::{Error, Result};
 
 /// A buffer type for a pretend device with its own memory, reachable only
@@ -25,6 +25,7 @@ use crate::error::{Error, Result};
 pub struct SimDeviceBufferType {
     alignment: usize,
     max_size: usize,
+    host_ptr: bool,
 }
 
 impl SimDeviceBufferType {
@@ -36,7 +37,17 @@ impl SimDeviceBufferType {
         Ok(SimDeviceBufferType {
             alignment: check_alignment(alignment)?,
             max_size,
+            host_ptr: false,
         })
+    }
+
+    /// The same device, able (`true`) or not to wrap host memory without a
+    /// copy ([`BufferType::buffer_from_host_ptr`], as CUDA host registration
+    /// or a Metal no-copy buffer does), so both of the loader's device paths
+    /// can be tested.
+    pub fn with_host_ptr(mut self, yes: bool) -> Self {
+        self.host_ptr = yes;
+        self
     }
 }
 
@@ -59,17 +70,44 @@ impl BufferType for SimDeviceBufferType {
             });
         }
         Ok(Box::new(SimDeviceBuffer {
-            mem: vec![0; size],
+            mem: Mem::Owned(vec![0; size]),
             alignment: self.alignment,
+            usage: BufferUsage::Any,
+        }))
+    }
+    fn supports_host_ptr(&self) -> bool {
+        self.host_ptr
+    }
+    fn buffer_from_host_ptr(
+        &self,
+        region: HostRegion,
+        alignment: usize,
+    ) -> Result<Box<dyn Buffer>> {
+        if !self.host_ptr {
+            return Err(Error::HostPtrUnsupported {
+                buffer_type: self.name().into(),
+            });
+        }
+        Ok(Box::new(SimDeviceBuffer {
+            mem: Mem::Host(region),
+            alignment: check_alignment(alignment)?,
             usage: BufferUsage::Any,
         }))
     }
 }
 
+/// Device memory: its own, or host memory it was handed.
+#[derive(Debug)]
+enum Mem {
+    Owned(Vec<u8>),
+    /// Wrapped host memory (read-only: it is a file mapping).
+    Host(HostRegion),
+}
+
 /// Memory of the simulated device.
 #[derive(Debug)]
 pub struct SimDeviceBuffer {
-    mem: Vec<u8>,
+    mem: Mem,
     alignment: usize,
     usage: BufferUsage,
 }
@@ -79,7 +117,10 @@ impl Buffer for SimDeviceBuffer {
         "SimDevice"
     }
     fn size(&self) -> usize {
-        self.mem.len()
+        match &self.mem {
+            Mem::Owned(v) => v.len(),
+            Mem::Host(r) => r.len(),
+        }
     }
     fn alignment(&self) -> usize {
         self.alignment
@@ -91,27 +132,48 @@ impl Buffer for SimDeviceBuffer {
         self.usage = usage;
     }
     fn owns_memory(&self) -> bool {
-        true
+        matches!(self.mem, Mem::Owned(_))
     }
     fn is_host(&self) -> bool {
         false
     }
     fn base_addr(&self) -> usize {
-        0
+        match &self.mem {
+            Mem::Owned(_) => 0,
+            // A device address of wrapped host memory is the host address.
+            Mem::Host(r) => r.addr(),
+        }
     }
     fn set(&mut self, offset: usize, data: &[u8]) -> Result<()> {
-        let r = check_range(offset, data.len(), self.mem.len())?;
-        self.mem[r].copy_from_slice(data);
-        Ok(())
+        let r = check_range(offset, data.len(), self.size())?;
+        match &mut self.mem {
+            Mem::Owned(v) => {
+                v[r].copy_from_slice(data);
+                Ok(())
+            }
+            Mem::Host(_) => Err(Error::ReadOnly {
+                buffer: "SimDevice".into(),
+            }),
+        }
     }
     fn get(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        let r = check_range(offset, out.len(), self.mem.len())?;
-        out.copy_from_slice(&self.mem[r]);
+        let r = check_range(offset, out.len(), self.size())?;
+        match &self.mem {
+            Mem::Owned(v) => out.copy_from_slice(&v[r]),
+            Mem::Host(h) => out.copy_from_slice(&h.bytes()[r]),
+        }
         Ok(())
     }
     fn memset(&mut self, offset: usize, len: usize, value: u8) -> Result<()> {
-        let r = check_range(offset, len, self.mem.len())?;
-        self.mem[r].fill(value);
-        Ok(())
+        let r = check_range(offset, len, self.size())?;
+        match &mut self.mem {
+            Mem::Owned(v) => {
+                v[r].fill(value);
+                Ok(())
+            }
+            Mem::Host(_) => Err(Error::ReadOnly {
+                buffer: "SimDevice".into(),
+            }),
+        }
     }
 }

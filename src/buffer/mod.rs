@@ -21,7 +21,7 @@ mod cpu;
 mod device;
 mod view;
 
-pub use cpu::{CpuBuffer, CpuBufferType, MappedBuffer};
+pub use cpu::{CpuBuffer, CpuBufferType, HostRegion, MappedBuffer};
 pub use device::{SimDeviceBuffer, SimDeviceBufferType};
 pub use view::{
     view, view_mut, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0,
@@ -82,8 +82,38 @@ pub trait BufferType: Send + Sync + fmt::Debug {
     }
 
     /// Bytes a tensor needs in this type's buffers (by default its size).
+    /// Placement refuses a value smaller than the tensor's size
+    /// ([`Error::AllocSizeTooSmall`]).
     fn alloc_size(&self, tensor: &TensorInfo) -> usize {
         usize::try_from(tensor.nbytes).unwrap_or(usize::MAX)
+    }
+
+    /// Whether [`BufferType::buffer_from_host_ptr`] works for this type
+    /// (ggml's optional `buffer_from_host_ptr` device capability): the CPU
+    /// type, and device types that can wrap host memory (CUDA host
+    /// registration, Metal no-copy buffers). By default false.
+    fn supports_host_ptr(&self) -> bool {
+        false
+    }
+
+    /// A buffer of this type over host memory it does not own: a range of a
+    /// file mapping, in which each tensor's address is a multiple of
+    /// `alignment` (which may be below [`BufferType::alignment`]; it is what
+    /// the buffer's [`Buffer::alignment`] must then report). The buffer
+    /// keeps the region, and so the mapping, alive. The loader calls this
+    /// instead of copying when [`BufferType::supports_host_ptr`] is true.
+    ///
+    /// # Errors
+    /// [`Error::HostPtrUnsupported`] by default.
+    fn buffer_from_host_ptr(
+        &self,
+        region: HostRegion,
+        alignment: usize,
+    ) -> Result<Box<dyn Buffer>> {
+        let _ = (region, alignment);
+        Err(Error::HostPtrUnsupported {
+            buffer_type: self.name().to_owned(),
+        })
     }
 }
 
@@ -179,6 +209,9 @@ pub struct Placement {
     pub offset: usize,
     /// Bytes the tensor occupies.
     pub len: usize,
+    /// The alignment the tensor's address was checked against: a power of
+    /// two, at least the buffer's [`Buffer::alignment`].
+    pub alignment: usize,
 }
 
 /// Place a tensor of `len` bytes named `tensor` at `offset` in `buffer`,
@@ -216,7 +249,21 @@ pub fn place(
             alignment,
         });
     }
-    Ok(Placement { offset, len })
+    Ok(Placement {
+        offset,
+        len,
+        alignment,
+    })
+}
+
+/// The largest power of two that divides `address`, capped at `cap` (a
+/// power of two): the alignment a tensor at `address` really has.
+pub(crate) fn address_alignment(address: usize, cap: usize) -> usize {
+    if address == 0 {
+        cap
+    } else {
+        (1usize << address.trailing_zeros()).min(cap)
+    }
 }
 
 pub(crate) fn check_alignment(alignment: usize) -> Result<usize> {

@@ -55,6 +55,10 @@ pub struct Args {
     /// Prefetch of the mapped tensor region.
     #[arg(long, value_enum, default_value_t = PrefetchArg::Background)]
     prefetch: PrefetchArg,
+    /// Fall back to the stream path (or, with --no-fallback, fail) when any
+    /// tensor would have to be copied, instead of copying just those.
+    #[arg(long)]
+    require_all_mapped: bool,
     /// Drop the file from the page cache before loading (a cold start).
     #[arg(long)]
     evict: bool,
@@ -149,13 +153,12 @@ fn touch_all(weights: &Weights) -> CliResult<u64> {
 }
 
 pub fn run(a: &Args) -> CliResult {
-    let opts = LoadOptions {
-        mode: a.mode.into(),
-        fallback: !a.no_fallback,
-        advice: a.advice.into(),
-        prefetch: a.prefetch.into(),
-        ..LoadOptions::default()
-    };
+    let opts = LoadOptions::new()
+        .mode(a.mode.into())
+        .fallback(!a.no_fallback)
+        .advice(a.advice.into())
+        .prefetch(a.prefetch.into())
+        .require_all_mapped(a.require_all_mapped);
     let resident_before = if a.evict { Some(evict(&a.file)?) } else { None };
     let faults0 = Faults::read();
     // SAFETY: the file must not change while `weights` lives. This command
@@ -184,7 +187,7 @@ pub fn run(a: &Args) -> CliResult {
                 Some(b) => Sha256::digest(b),
                 None => Sha256::digest(t.to_vec()?),
             };
-            hashes.push((t.name().to_owned(), hex(&digest)));
+            hashes.push((t.name().to_owned(), hex(&digest), t.placement_kind().name()));
         }
     }
 
@@ -203,8 +206,17 @@ pub fn run(a: &Args) -> CliResult {
             "mode_used": r.mode_used.name(),
             "fallback": fallback,
             "tensors_count": r.tensors_count,
+            "tensors_mapped": r.tensors_mapped,
+            "tensors_copied": r.tensors_copied,
             "bytes_mapped": r.bytes_mapped,
             "bytes_copied": r.bytes_copied,
+            "copied": r.copied.iter().map(|c| json!({"name": c.name, "reason": c.reason.to_string()})).collect::<Vec<_>>(),
+            "buffers": r.buffers.iter().map(|b| json!({
+                "buffer_type": b.buffer_type,
+                "mapped": b.mapped,
+                "tensors": b.tensors,
+                "bytes": b.bytes,
+            })).collect::<Vec<_>>(),
             "load_ms": round3(load_ms),
             "touch_ms": touch_ms.map(round3),
             "ready_ms": ready_ms.map(round3),
@@ -225,7 +237,7 @@ pub fn run(a: &Args) -> CliResult {
         if a.hashes {
             o["tensors"] = hashes
                 .iter()
-                .map(|(n, h)| json!({"name": n, "sha256": h}))
+                .map(|(n, h, p)| json!({"name": n, "sha256": h, "placement": p}))
                 .collect();
         }
         json_text(&o)
@@ -250,7 +262,30 @@ pub fn run(a: &Args) -> CliResult {
                     ),
                 ],
                 vec!["fallback:".into(), fallback],
-                vec!["tensors:".into(), r.tensors_count.to_string()],
+                vec![
+                    "copied:".into(),
+                    if r.copied.is_empty() {
+                        "none".into()
+                    } else {
+                        let mut v: Vec<String> = r
+                            .copied
+                            .iter()
+                            .take(8)
+                            .map(|c| format!("{} ({})", c.name, c.reason))
+                            .collect();
+                        if r.copied.len() > 8 {
+                            v.push(format!("and {} more", r.copied.len() - 8));
+                        }
+                        v.join(", ")
+                    },
+                ],
+                vec![
+                    "tensors:".into(),
+                    format!(
+                        "{} ({} mapped, {} copied)",
+                        r.tensors_count, r.tensors_mapped, r.tensors_copied
+                    ),
+                ],
                 vec!["bytes mapped:".into(), r.bytes_mapped.to_string()],
                 vec!["bytes copied:".into(), r.bytes_copied.to_string()],
                 vec!["prefetch:".into(), r.prefetch.to_string()],
@@ -288,8 +323,11 @@ pub fn run(a: &Args) -> CliResult {
         );
         if a.hashes {
             out.push_str("\nsha256 of each tensor's bytes:\n");
-            let rows: Vec<Vec<String>> = hashes.into_iter().map(|(n, h)| vec![h, n]).collect();
-            out.push_str(&table(&rows, 2, "  "));
+            let rows: Vec<Vec<String>> = hashes
+                .into_iter()
+                .map(|(n, h, p)| vec![h, p.to_owned(), n])
+                .collect();
+            out.push_str(&table(&rows, 3, "  "));
         }
         out
     };

@@ -1,0 +1,323 @@
+//! The mapped path: map the file, validate it, view every tensor that can
+//! be viewed in place, copy only those that cannot, then prefetch.
+
+use std::fs::{File, Metadata};
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::buffer::{address_alignment, place, HostRegion};
+use crate::error::{Error, FallbackReason};
+use crate::format::Header;
+use crate::mmap::Mapping;
+use crate::prefetch::{self, Prefetch, PrefetchDecision, Prefetcher};
+
+use super::place::{add, copy_group, Group, Placed};
+use super::report::{CopiedTensor, CopyReason, PlacementKind};
+use super::weights::{HeaderBytes, Loaded};
+use super::{open_checked, LoadOptions};
+
+/// Why the mapped path stopped: a cause the stream path may do better on,
+/// or an error it would only repeat.
+pub(crate) enum MapFail {
+    Fallback(FallbackReason),
+    Error(Error),
+}
+
+impl From<FallbackReason> for MapFail {
+    fn from(r: FallbackReason) -> Self {
+        MapFail::Fallback(r)
+    }
+}
+
+impl From<Error> for MapFail {
+    fn from(e: Error) -> Self {
+        MapFail::Error(e)
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Called after validation, just before the file is re-checked and
+    /// tensors are placed: for tests of a file that changes under the loader.
+    pub(crate) static BEFORE_PLACE: std::cell::Cell<Option<fn(&Path)>> =
+        const { std::cell::Cell::new(None) };
+    /// Makes the map call fail as a filesystem that refuses mmap does.
+    pub(crate) static FAIL_MAP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The mapped path.
+///
+/// # Safety
+/// The file must not be modified or truncated while the result, or any
+/// buffer or view obtained from it, lives.
+pub(crate) unsafe fn map_path(
+    path: &Path,
+    opts: &LoadOptions,
+) -> std::result::Result<Loaded, MapFail> {
+    // SAFETY: forwarded to the caller.
+    unsafe { map_path_on(path, opts, crate::mmap::SUPPORTED) }
+}
+
+/// [`map_path`] with the platform's mmap support as a parameter, so the
+/// `Unsupported` fallback can be tested on a platform that has mmap.
+///
+/// # Safety
+/// As [`map_path`].
+pub(crate) unsafe fn map_path_on(
+    path: &Path,
+    opts: &LoadOptions,
+    mmap_supported: bool,
+) -> std::result::Result<Loaded, MapFail> {
+    // 1. Causes the stream path does better on: no mmap here, or a default
+    //    buffer type that cannot view host memory.
+    if !mmap_supported {
+        return Err(FallbackReason::Unsupported.into());
+    }
+    let bt = &opts.buffer_type;
+    if !bt.supports_host_ptr() {
+        return Err(FallbackReason::NotHostBuffer {
+            buffer_type: bt.name().to_owned(),
+        }
+        .into());
+    }
+    // 2. Open: a missing, unreadable, irregular or empty file is an error in
+    //    either mode, with its own type and io::ErrorKind.
+    let (file, opened) = open_checked(path)?;
+    // 3. Map the whole file read-only and private.
+    #[cfg(test)]
+    if FAIL_MAP.with(|f| f.get()) {
+        return Err(FallbackReason::Map {
+            error: std::io::Error::from_raw_os_error(libc::ENODEV).to_string(),
+        }
+        .into());
+    }
+    // SAFETY: forwarded to our caller, who promises the file stays unchanged.
+    let map = unsafe { Mapping::map(&file) }.map_err(|e| FallbackReason::Map {
+        error: e.to_string(),
+    })?;
+    let map = Arc::new(map);
+    // 4. Validate the header from the mapping: every tensor's type, size,
+    //    offset and end. Invalid is an error here; it is parsed only once.
+    let header = Header::parse(map.bytes())?;
+
+    // 5. Decide every tensor's place before placing any: in the mapping if
+    //    its buffer type can view host memory and its address is aligned as
+    //    that type needs, else copied.
+    let infos = header.tensors();
+    let base = map.addr();
+    let mut mapped: Vec<Group> = Vec::new();
+    let mut copies: Vec<Group> = Vec::new();
+    let mut copied = Vec::new();
+    for (i, t) in infos.iter().enumerate() {
+        let target = opts.target(t);
+        if !target.supports_host_ptr() {
+            copied.push(CopiedTensor {
+                name: t.name.clone(),
+                reason: CopyReason::Routed {
+                    buffer_type: target.name().to_owned(),
+                },
+            });
+            add(&mut copies, target, i);
+            continue;
+        }
+        let alignment = header.required_alignment(t, target.alignment());
+        let address = base.wrapping_add(t.file_offset as usize);
+        if address % alignment == 0 {
+            add(&mut mapped, target, i);
+        } else if opts.require_all_mapped {
+            return Err(FallbackReason::Misaligned {
+                tensor: t.name.clone(),
+                address,
+                file_offset: t.file_offset,
+                alignment,
+            }
+            .into());
+        } else {
+            copied.push(CopiedTensor {
+                name: t.name.clone(),
+                reason: CopyReason::Misaligned { address, alignment },
+            });
+            add(&mut copies, target, i);
+        }
+    }
+
+    #[cfg(test)]
+    if let Some(hook) = BEFORE_PLACE.with(|h| h.get()) {
+        hook(path);
+    }
+    // 6. The contract forbids changing the file, but a truncation, a rewrite
+    //    that moved the modification time, or a path that now names another
+    //    file is cheap to notice here, before any tensor is handed out.
+    same_file(&file, path, &opened)?;
+
+    // 7. Access advice (MADV_RANDOM only where reads are by row), and mlock.
+    let (start, end) = header.tensor_region();
+    let (start, end) = (start as usize, end as usize);
+    let random_access = prefetch::apply_advice(&map, &header, opts.advice, start, end);
+    if opts.mlock {
+        map.lock().map_err(|source| Error::Mlock {
+            len: map.len(),
+            limit: crate::mmap::memlock_limit(),
+            source,
+        })?;
+    }
+
+    // 8. One buffer per buffer type over the span of its mapped tensors;
+    //    each tensor placed at its own (checked) alignment, and the buffer's
+    //    alignment the least of them, so `Buffer::alignment` is true of all.
+    let mut placed = Placed::new(infos.len());
+    if mapped.is_empty() && copies.is_empty() {
+        // No tensors: an empty view at the region's start.
+        let region = HostRegion::new(Arc::clone(&map), start, 0)?;
+        let buffer = bt.buffer_from_host_ptr(region, bt.alignment())?;
+        placed.push(buffer, &[], Vec::new(), PlacementKind::Mapped);
+    }
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    for g in &mapped {
+        let span_start = g
+            .tensors
+            .iter()
+            .map(|&i| infos[i].file_offset)
+            .min()
+            .unwrap_or(0) as usize;
+        let span_end = g
+            .tensors
+            .iter()
+            .map(|&i| infos[i].file_range().end)
+            .max()
+            .unwrap_or(0) as usize;
+        let cap = g.bt.alignment();
+        let aligns: Vec<usize> = g
+            .tensors
+            .iter()
+            .map(|&i| address_alignment(base.wrapping_add(infos[i].file_offset as usize), cap))
+            .collect();
+        let least = aligns.iter().copied().min().unwrap_or(cap);
+        let region = HostRegion::new(Arc::clone(&map), span_start, span_end - span_start)?;
+        let buffer = g.bt.buffer_from_host_ptr(region, least)?;
+        let mut placements = Vec::with_capacity(g.tensors.len());
+        for (&i, &a) in g.tensors.iter().zip(&aligns) {
+            let t = &infos[i];
+            placements.push(place(
+                buffer.as_ref(),
+                &t.name,
+                t.file_offset as usize - span_start,
+                t.nbytes as usize,
+                a,
+            )?);
+            ranges.push((t.file_offset as usize, t.file_range().end as usize));
+        }
+        placed.push(buffer, &g.tensors, placements, PlacementKind::Mapped);
+    }
+    // 9. Copies: read from the file straight into one owned buffer per type.
+    for g in &copies {
+        let (buffer, placements) = copy_group(
+            &file,
+            path,
+            g.bt.as_ref(),
+            infos,
+            &g.tensors,
+            opts.staging_bytes,
+        )?;
+        placed.push(buffer, &g.tensors, placements, PlacementKind::Copied);
+    }
+    let (buffers, buffer_reports, slots) = placed.finish();
+
+    // 10. Last, once everything is validated and placed: the prefetch of
+    //     what stays mapped, in file order.
+    let ranges = merge(ranges);
+    let bytes: u64 = ranges.iter().map(|r| (r.1 - r.0) as u64).sum();
+    let (prefetcher, prefetch) = match opts.prefetch {
+        _ if ranges.is_empty() => (None, PrefetchDecision::Off),
+        Prefetch::None => (None, PrefetchDecision::Off),
+        Prefetch::WillNeed => {
+            for &(s, e) in &ranges {
+                map.will_need(s, e);
+            }
+            (None, PrefetchDecision::WillNeed { bytes })
+        }
+        Prefetch::Populate => {
+            prefetch::populate(&map, &ranges);
+            (None, PrefetchDecision::Populated { bytes })
+        }
+        Prefetch::Background { max_percent } => {
+            Prefetcher::start(&map, ranges, max_percent, prefetch::mem_available)
+        }
+    };
+
+    Ok(Loaded {
+        path: path.to_owned(),
+        header,
+        header_bytes: HeaderBytes::Mapped,
+        buffers,
+        buffer_reports,
+        slots,
+        map: Some(map),
+        prefetcher,
+        prefetch,
+        random_access,
+        copied,
+    })
+}
+
+/// Sort and merge file ranges; ranges less than 1 MiB apart become one, as
+/// reading a small gap costs less than a second pass.
+fn merge(mut ranges: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
+    const GAP: usize = 1 << 20;
+    ranges.retain(|r| r.1 > r.0);
+    ranges.sort_unstable();
+    let mut out: Vec<(usize, usize)> = Vec::with_capacity(ranges.len().min(64));
+    for r in ranges {
+        match out.last_mut() {
+            Some(last) if r.0 <= last.1.saturating_add(GAP) => last.1 = last.1.max(r.1),
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+/// Whether `file` (opened from `path`, `opened` its metadata then) is still
+/// the same length and modification time, and `path` still names it.
+fn same_file(file: &File, path: &Path, opened: &Metadata) -> std::result::Result<(), MapFail> {
+    let changed = |detail: String| MapFail::Fallback(FallbackReason::FileChanged { detail });
+    let now = file.metadata().map_err(|e| Error::io("stat", path, e))?;
+    if now.len() != opened.len() {
+        return Err(changed(format!("length {} -> {}", opened.len(), now.len())));
+    }
+    if let (Ok(a), Ok(b)) = (opened.modified(), now.modified()) {
+        if a != b {
+            return Err(changed("modification time changed".into()));
+        }
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        match std::fs::metadata(path) {
+            Ok(p) if p.dev() == opened.dev() && p.ino() == opened.ino() => {}
+            Ok(_) => return Err(changed("the path now names another file".into())),
+            Err(e) => return Err(changed(format!("the path is gone: {e}"))),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_joins_near_ranges_and_drops_empty_ones() {
+        let m = 1 << 20;
+        assert_eq!(
+            merge(vec![
+                (5 * m, 6 * m),
+                (0, 10),
+                (20, 30),
+                (7, 7),
+                (2 * m + 40, 3 * m)
+            ]),
+            vec![(0, 30), (2 * m + 40, 3 * m), (5 * m, 6 * m)]
+        );
+        assert!(merge(vec![(3, 3)]).is_empty());
+    }
+}

@@ -1,0 +1,71 @@
+//! The loader: [`Weights::load`] maps a file and places its tensors
+//! zero-copy (copying only those that cannot be viewed in place), or streams
+//! them into owned buffers, and reports which ran.
+//!
+//! One idea a module: [`options`](LoadOptions) (what to do), `report` (what
+//! was done), `mapped` (the mapped path), `stream` (the stream path),
+//! `place` (owned buffers laid out and filled, shared by both), `weights`
+//! (the [`Weights`] facade and its tensor handles).
+//!
+//! ```
+//! use weightmap::{gguf::write::Writer, LoadMode, LoadOptions, TensorType, Weights};
+//! # fn main() -> weightmap::Result<()> {
+//! let dir = tempfile::tempdir().unwrap();
+//! let path = dir.path().join("model.gguf");
+//! let mut w = Writer::new(32);
+//! w.kv_u32("llama.block_count", 1);
+//! w.tensor("w", TensorType::F32, &[4], 1.5f32.to_le_bytes().repeat(4));
+//! w.write_with(std::fs::File::create(&path).unwrap(), |_, _| {}).unwrap();
+//!
+//! // SAFETY: nothing modifies or truncates the file while `weights` lives.
+//! let weights = unsafe { Weights::load(&path, &LoadOptions::default())? };
+//! assert_eq!(weights.report().tensors_mapped, 1);
+//! assert_eq!(weights.report().mode_used, LoadMode::Mmap);
+//! assert_eq!(weights.tensor("w")?.view::<f32>()?, &[1.5; 4]);
+//! assert_eq!(weights.gguf_metadata().unwrap().get_u32("llama.block_count")?, 1);
+//!
+//! // The stream path is safe and gives the same bytes.
+//! let streamed = Weights::load_streamed(&path, &LoadOptions::default())?;
+//! assert_eq!(streamed.tensor("w")?.to_vec()?, weights.tensor("w")?.to_vec()?);
+//! # Ok(()) }
+//! ```
+
+use std::fs::{File, Metadata};
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+mod mapped;
+mod options;
+mod place;
+mod report;
+mod stream;
+mod weights;
+
+pub use crate::error::FallbackReason;
+pub use crate::prefetch::{AdvicePolicy, Prefetch};
+pub use options::{LoadMode, LoadOptions, Route};
+pub use report::{BufferReport, CopiedTensor, CopyReason, LoadReport, PlacementKind};
+pub use weights::{MappedWeights, OwnedTensor, TensorRef, Weights, WeightsHeader};
+
+/// Open `path` for loading: `stat` it first (opening a FIFO would block until
+/// a writer appears) and refuse anything but a regular file, open it, and
+/// refuse an empty one. Every path into a file goes through here, so the
+/// errors are the same whichever path runs: [`Error::Io`] (with the OS's
+/// `io::ErrorKind`: `NotFound`, `PermissionDenied`, ...), [`Error::NotAFile`],
+/// [`Error::EmptyFile`]. Returns the file and its metadata as opened.
+pub(crate) fn open_checked(path: &Path) -> Result<(File, Metadata)> {
+    let meta = std::fs::metadata(path).map_err(|e| Error::io("stat", path, e))?;
+    if !meta.is_file() {
+        return Err(Error::NotAFile { path: path.into() });
+    }
+    let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+    let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
+    if meta.len() == 0 {
+        return Err(Error::EmptyFile { path: path.into() });
+    }
+    Ok((file, meta))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,196 @@
+//! What a load is asked to do: [`LoadOptions`] and its builder.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::buffer::{BufferType, CpuBufferType};
+use crate::prefetch::{AdvicePolicy, Prefetch};
+use crate::tensor::TensorInfo;
+
+/// Which load path to take.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum LoadMode {
+    /// Map the file read-only and point tensors at it (the default).
+    #[default]
+    Mmap,
+    /// Read the tensors into owned buffers.
+    Stream,
+}
+
+impl LoadMode {
+    /// `"mmap"` or `"stream"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            LoadMode::Mmap => "mmap",
+            LoadMode::Stream => "stream",
+        }
+    }
+}
+
+/// A per-tensor routing rule: `Some(buffer type)` sends the tensor to a
+/// buffer of that type, `None` to the default ([`LoadOptions::buffer_type`],
+/// the mapping on the mapped path). Buffer types are told apart by identity
+/// (the same `Arc`), and each gets one buffer, as in ggml.
+pub type Route = Arc<dyn Fn(&TensorInfo) -> Option<Arc<dyn BufferType>> + Send + Sync>;
+
+/// How to load. Build it with the setters, from [`LoadOptions::new`] (the
+/// defaults):
+///
+/// ```
+/// use std::sync::Arc;
+/// use weightmap::buffer::SimDeviceBufferType;
+/// use weightmap::{LoadMode, LoadOptions, Prefetch};
+/// # fn main() -> weightmap::Result<()> {
+/// let gpu = Arc::new(SimDeviceBufferType::new(256, usize::MAX)?);
+/// let opts = LoadOptions::new()
+///     .prefetch(Prefetch::None)
+///     // Layers 0 and 1 on the device, everything else mapped.
+///     .route(move |t| {
+///         let layer: Option<u32> = t.name.strip_prefix("blk.")?.split('.').next()?.parse().ok();
+///         (layer? < 2).then(|| gpu.clone() as Arc<dyn weightmap::buffer::BufferType>)
+///     });
+/// assert_eq!(opts.mode, LoadMode::Mmap);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct LoadOptions {
+    /// Mapped or streamed (default [`LoadMode::Mmap`]).
+    pub mode: LoadMode,
+    /// Continue on the stream path when the mapped path cannot be used
+    /// (default `true`). Off, the mapped path's failure is returned as
+    /// [`crate::Error::MmapFailed`].
+    pub fallback: bool,
+    /// Access advice for the mapped tensor region (default
+    /// [`AdvicePolicy::PerTensor`]: `MADV_RANDOM` on row-lookup tables only).
+    pub advice: AdvicePolicy,
+    /// Prefetch of the mapped tensor region (default
+    /// [`Prefetch::Background`] within 50% of the available memory).
+    pub prefetch: Prefetch,
+    /// `mlock` the mapping (default off). Failure is an error
+    /// ([`crate::Error::Mlock`]).
+    pub mlock: bool,
+    /// Where tensors go by default (the CPU buffer type with 32-byte
+    /// alignment). On the mapped path a type that can wrap host memory
+    /// ([`BufferType::supports_host_ptr`]) views the mapping; one that cannot
+    /// makes the load fall back to the stream path.
+    pub buffer_type: Arc<dyn BufferType>,
+    /// Per-tensor routing to other buffer types (default none).
+    pub route: Option<Route>,
+    /// On the mapped path, fall back to the stream path when any tensor
+    /// would have to be copied because it is misaligned, rather than copy
+    /// just that tensor (default off: hybrid placement).
+    pub require_all_mapped: bool,
+    /// Bytes of the staging buffer used to copy into a buffer that is not
+    /// host-visible (default 4 MiB).
+    pub staging_bytes: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            mode: LoadMode::Mmap,
+            fallback: true,
+            advice: AdvicePolicy::PerTensor,
+            prefetch: Prefetch::DEFAULT,
+            mlock: false,
+            buffer_type: Arc::new(CpuBufferType::new()),
+            route: None,
+            require_all_mapped: false,
+            staging_bytes: 4 << 20,
+        }
+    }
+}
+
+impl fmt::Debug for LoadOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoadOptions")
+            .field("mode", &self.mode)
+            .field("fallback", &self.fallback)
+            .field("advice", &self.advice)
+            .field("prefetch", &self.prefetch)
+            .field("mlock", &self.mlock)
+            .field("buffer_type", &self.buffer_type.name())
+            .field("route", &self.route.as_ref().map(|_| "<fn>"))
+            .field("require_all_mapped", &self.require_all_mapped)
+            .field("staging_bytes", &self.staging_bytes)
+            .finish()
+    }
+}
+
+impl LoadOptions {
+    /// The defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Default options with `mode`.
+    pub fn with_mode(mode: LoadMode) -> Self {
+        Self::new().mode(mode)
+    }
+
+    /// Set [`LoadOptions::mode`].
+    pub fn mode(mut self, mode: LoadMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Set [`LoadOptions::fallback`].
+    pub fn fallback(mut self, yes: bool) -> Self {
+        self.fallback = yes;
+        self
+    }
+
+    /// Set [`LoadOptions::advice`].
+    pub fn advice(mut self, advice: AdvicePolicy) -> Self {
+        self.advice = advice;
+        self
+    }
+
+    /// Set [`LoadOptions::prefetch`].
+    pub fn prefetch(mut self, prefetch: Prefetch) -> Self {
+        self.prefetch = prefetch;
+        self
+    }
+
+    /// Set [`LoadOptions::mlock`].
+    pub fn mlock(mut self, yes: bool) -> Self {
+        self.mlock = yes;
+        self
+    }
+
+    /// Set [`LoadOptions::buffer_type`].
+    pub fn buffer_type(mut self, bt: Arc<dyn BufferType>) -> Self {
+        self.buffer_type = bt;
+        self
+    }
+
+    /// Set [`LoadOptions::route`].
+    pub fn route(
+        mut self,
+        rule: impl Fn(&TensorInfo) -> Option<Arc<dyn BufferType>> + Send + Sync + 'static,
+    ) -> Self {
+        self.route = Some(Arc::new(rule));
+        self
+    }
+
+    /// Set [`LoadOptions::require_all_mapped`].
+    pub fn require_all_mapped(mut self, yes: bool) -> Self {
+        self.require_all_mapped = yes;
+        self
+    }
+
+    /// Set [`LoadOptions::staging_bytes`].
+    pub fn staging_bytes(mut self, n: usize) -> Self {
+        self.staging_bytes = n;
+        self
+    }
+
+    /// The buffer type tensor `t` goes to.
+    pub(crate) fn target(&self, t: &TensorInfo) -> Arc<dyn BufferType> {
+        self.route
+            .as_ref()
+            .and_then(|r| r(t))
+            .unwrap_or_else(|| Arc::clone(&self.buffer_type))
+    }
+}

@@ -1,0 +1,128 @@
+//! What a load did: [`LoadReport`], per-tensor placement, per-buffer figures.
+
+use std::time::Duration;
+
+use crate::error::FallbackReason;
+use crate::format::Format;
+use crate::prefetch::PrefetchDecision;
+
+use super::LoadMode;
+
+/// Where a tensor's bytes are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PlacementKind {
+    /// Viewed in place in the file mapping (zero-copy), through a buffer
+    /// over host memory: the CPU's, or a device type's `buffer_from_host_ptr`.
+    Mapped,
+    /// Copied into an owned buffer.
+    Copied,
+}
+
+impl PlacementKind {
+    /// `"mapped"` or `"copied"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PlacementKind::Mapped => "mapped",
+            PlacementKind::Copied => "copied",
+        }
+    }
+}
+
+/// Why the mapped path copied a tensor instead of viewing it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CopyReason {
+    /// Its address in the mapping is not aligned as its buffer type needs.
+    Misaligned {
+        /// Its address in the mapping.
+        address: usize,
+        /// The alignment it needs.
+        alignment: usize,
+    },
+    /// It was routed to a buffer type that cannot wrap host memory.
+    Routed {
+        /// The buffer type.
+        buffer_type: String,
+    },
+}
+
+impl std::fmt::Display for CopyReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CopyReason::Misaligned { address, alignment } => {
+                write!(f, "address {address:#x} is not aligned to {alignment}")
+            }
+            CopyReason::Routed { buffer_type } => {
+                write!(
+                    f,
+                    "routed to '{buffer_type}', which cannot wrap host memory"
+                )
+            }
+        }
+    }
+}
+
+/// A tensor the mapped path copied, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CopiedTensor {
+    /// The tensor.
+    pub name: String,
+    /// Why.
+    pub reason: CopyReason,
+}
+
+/// One buffer the load made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BufferReport {
+    /// The buffer's type name (`"CPU_Mapped"`, `"CPU"`, a device's).
+    pub buffer_type: String,
+    /// Whether it views the mapping (no copy).
+    pub mapped: bool,
+    /// Tensors placed in it.
+    pub tensors: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// The buffer's size (a mapped buffer spans from its first tensor to the
+    /// end of its last).
+    pub size: usize,
+}
+
+/// What a load did.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct LoadReport {
+    /// The file's format.
+    pub format: Format,
+    /// The mode asked for.
+    pub mode_requested: LoadMode,
+    /// The mode that ran.
+    pub mode_used: LoadMode,
+    /// Why the mapped path was not used, when it was asked for and not used.
+    pub fallback: Option<FallbackReason>,
+    /// Number of tensors.
+    pub tensors_count: usize,
+    /// Tensors viewed in place in the mapping.
+    pub tensors_mapped: usize,
+    /// Tensors copied into owned buffers (all of them on the stream path).
+    pub tensors_copied: usize,
+    /// Bytes of the tensors viewed in place.
+    pub bytes_mapped: u64,
+    /// Bytes of the tensors copied (tensor bytes only).
+    pub bytes_copied: u64,
+    /// On the mapped path, each tensor copied rather than viewed, and why.
+    pub copied: Vec<CopiedTensor>,
+    /// The buffers, with their tensors and bytes.
+    pub buffers: Vec<BufferReport>,
+    /// The file's length.
+    pub file_len: u64,
+    /// Wall time of the whole load, including any failed mapped attempt.
+    pub elapsed: Duration,
+    /// What the prefetch policy did (see `Weights::prefetch_progress` for
+    /// how far a background prefetch has got).
+    pub prefetch: PrefetchDecision,
+    /// The tensors advised `MADV_RANDOM` as row-lookup tables under
+    /// [`crate::AdvicePolicy::PerTensor`] (empty otherwise, and on the
+    /// stream path).
+    pub random_access_tensors: Vec<String>,
+}

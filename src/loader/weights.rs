@@ -1,0 +1,657 @@
+//! [`Weights`]: what a load returns, and the tensor handles it gives out.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::buffer::{view, view_mut, Buffer, CpuBuffer, CpuBufferType, Element, Placement};
+use crate::error::{Error, FallbackReason, Result};
+use crate::format::{read_header, Format, Header};
+use crate::gguf::Metadata;
+use crate::mmap::{AccessAdvice, Mapping, Residency};
+use crate::prefetch::{PrefetchDecision, PrefetchProgress, Prefetcher};
+use crate::tensor::TensorInfo;
+
+use super::mapped::{map_path, MapFail};
+use super::place::Slot;
+use super::report::{BufferReport, CopiedTensor, LoadReport, PlacementKind};
+use super::stream::stream_path;
+use super::{open_checked, LoadMode, LoadOptions};
+
+/// Where the header's bytes are (metadata is read from them lazily).
+#[derive(Debug)]
+pub(crate) enum HeaderBytes {
+    /// In the mapping.
+    Mapped,
+    /// Read into memory.
+    Owned(Vec<u8>),
+}
+
+/// Everything a load made, from either path.
+#[derive(Debug)]
+pub(crate) struct Loaded {
+    pub path: PathBuf,
+    pub header: Header,
+    pub header_bytes: HeaderBytes,
+    pub buffers: Vec<Box<dyn Buffer>>,
+    pub buffer_reports: Vec<BufferReport>,
+    /// One per tensor, in header order.
+    pub slots: Vec<Slot>,
+    pub map: Option<Arc<Mapping>>,
+    /// Stopped and joined on drop.
+    pub prefetcher: Option<Prefetcher>,
+    pub prefetch: PrefetchDecision,
+    pub random_access: Vec<usize>,
+    pub copied: Vec<CopiedTensor>,
+}
+
+impl Loaded {
+    fn header_bytes(&self) -> &[u8] {
+        match (&self.header_bytes, &self.map) {
+            (HeaderBytes::Owned(b), _) => b,
+            (HeaderBytes::Mapped, Some(m)) => m.bytes(),
+            (HeaderBytes::Mapped, None) => &[],
+        }
+    }
+
+    fn report(
+        &self,
+        requested: LoadMode,
+        fallback: Option<FallbackReason>,
+        t0: Instant,
+    ) -> LoadReport {
+        let infos = self.header.tensors();
+        let (mut tm, mut tc, mut bm, mut bc) = (0, 0, 0u64, 0u64);
+        for s in &self.slots {
+            match s.kind {
+                PlacementKind::Mapped => {
+                    tm += 1;
+                    bm += s.placement.len as u64;
+                }
+                PlacementKind::Copied => {
+                    tc += 1;
+                    bc += s.placement.len as u64;
+                }
+            }
+        }
+        LoadReport {
+            format: self.header.format(),
+            mode_requested: requested,
+            mode_used: if self.map.is_some() {
+                LoadMode::Mmap
+            } else {
+                LoadMode::Stream
+            },
+            fallback,
+            tensors_count: infos.len(),
+            tensors_mapped: tm,
+            tensors_copied: tc,
+            bytes_mapped: bm,
+            bytes_copied: bc,
+            copied: self.copied.clone(),
+            buffers: self.buffer_reports.clone(),
+            file_len: self.header.file_len(),
+            elapsed: t0.elapsed(),
+            prefetch: self.prefetch.clone(),
+            random_access_tensors: self
+                .random_access
+                .iter()
+                .map(|&i| infos[i].name.clone())
+                .collect(),
+        }
+    }
+}
+
+/// A file mapped read-only with its tensors placed over it: the RAII owner
+/// of the mapped path. Tensors that could not be viewed in place (misaligned,
+/// or routed to a buffer type that cannot wrap host memory) are copied into
+/// owned buffers beside the mapped ones; [`MappedWeights::placements`] says
+/// which.
+///
+/// The mapping is shared by this value, its buffers and a running prefetch
+/// through an `Arc`; none of them can be cloned out, so the mapping lives
+/// exactly as long as this value (and the `Weights` holding it).
+#[derive(Debug)]
+pub struct MappedWeights {
+    inner: Loaded,
+}
+
+impl MappedWeights {
+    /// Map `path` and place its tensors, with no fallback.
+    ///
+    /// # Safety
+    /// The file must not be modified or truncated, by this or any other
+    /// process, while the returned value, or anything obtained from it
+    /// (buffers, tensor handles, views, metadata, and any buffer a
+    /// [`crate::buffer::BufferType`] made from the mapping with
+    /// `buffer_from_host_ptr`), lives. See [`Mapping`].
+    ///
+    /// # Errors
+    /// [`Error::MmapFailed`] with the reason the mapped path could not be
+    /// used; the file's own error (missing, empty, invalid, ...); [`Error::Mlock`].
+    pub unsafe fn open(path: impl AsRef<Path>, options: &LoadOptions) -> Result<MappedWeights> {
+        // SAFETY: forwarded to the caller.
+        match unsafe { map_path(path.as_ref(), options) } {
+            Ok(inner) => Ok(MappedWeights { inner }),
+            Err(MapFail::Fallback(reason)) => Err(Error::MmapFailed { reason }),
+            Err(MapFail::Error(e)) => Err(e),
+        }
+    }
+
+    /// The header.
+    pub fn header(&self) -> &Header {
+        &self.inner.header
+    }
+
+    /// The first buffer over the mapping (the default type's, when any
+    /// tensor went there).
+    pub fn buffer(&self) -> &dyn Buffer {
+        self.inner.buffers[0].as_ref()
+    }
+
+    /// The whole mapped file.
+    pub fn file_bytes(&self) -> &[u8] {
+        self.inner.map.as_ref().map_or(&[], |m| m.bytes())
+    }
+
+    /// Where each tensor (in file order) sits in its buffer, and whether it
+    /// is mapped or copied.
+    pub fn placements(&self) -> impl ExactSizeIterator<Item = (Placement, PlacementKind)> + '_ {
+        self.inner.slots.iter().map(|s| (s.placement, s.kind))
+    }
+}
+
+#[derive(Debug)]
+enum Storage {
+    Mapped(MappedWeights),
+    Streamed(Loaded),
+}
+
+/// Loaded weights: the header, the metadata, and every tensor placed in a
+/// buffer: viewed in the file mapping ([`LoadMode::Mmap`]) or copied into
+/// owned memory ([`LoadMode::Stream`], and on the mapped path the tensors
+/// that cannot be viewed in place).
+#[derive(Debug)]
+pub struct Weights {
+    storage: Storage,
+    report: LoadReport,
+}
+
+impl Weights {
+    /// Load `path` as `options` say: mapped by default, falling back to the
+    /// stream path (and saying why, in [`Weights::report`]) when the mapped
+    /// path cannot be used.
+    ///
+    /// # Safety
+    /// Whenever the mapped path may run (`options.mode` is
+    /// [`LoadMode::Mmap`]), the file must not be modified or truncated, by
+    /// this or any other process, while the returned `Weights`, or anything
+    /// obtained from it (tensor handles, views, buffers, metadata, and any
+    /// buffer a [`crate::buffer::BufferType`] made from the mapping with
+    /// `buffer_from_host_ptr`), lives: a changed file changes memory Rust
+    /// assumes immutable, and a truncated one raises `SIGBUS` on access.
+    /// Callers that cannot promise this use [`Weights::load_streamed`].
+    ///
+    /// # Errors
+    /// The file's own errors, the same from either path: [`Error::Io`] (a
+    /// missing file is `NotFound`), [`Error::NotAFile`], [`Error::EmptyFile`],
+    /// any validation error. [`Error::MmapFailed`] when the mapped path
+    /// cannot be used and fallback is off; [`Error::FallbackFailed`] when it
+    /// could not be used and the stream path then failed; [`Error::Mlock`].
+    pub unsafe fn load(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Weights> {
+        let path = path.as_ref();
+        let t0 = Instant::now();
+        let mut fallback = None;
+        if options.mode == LoadMode::Mmap {
+            // SAFETY: forwarded to the caller.
+            match unsafe { map_path(path, options) } {
+                Ok(inner) => {
+                    let report = inner.report(LoadMode::Mmap, None, t0);
+                    return Ok(Weights {
+                        storage: Storage::Mapped(MappedWeights { inner }),
+                        report,
+                    });
+                }
+                Err(MapFail::Error(e)) => return Err(e),
+                Err(MapFail::Fallback(reason)) if !options.fallback => {
+                    return Err(Error::MmapFailed { reason })
+                }
+                Err(MapFail::Fallback(reason)) => fallback = Some(reason),
+            }
+        }
+        let s = stream_path(path, options).map_err(|e| match &fallback {
+            Some(reason) => Error::FallbackFailed {
+                reason: reason.clone(),
+                source: Box::new(e),
+            },
+            None => e,
+        })?;
+        let report = s.report(options.mode, fallback, t0);
+        Ok(Weights {
+            storage: Storage::Streamed(s),
+            report,
+        })
+    }
+
+    /// Load `path` on the stream path only. Safe: nothing is mapped.
+    ///
+    /// # Errors
+    /// As [`Weights::load`].
+    pub fn load_streamed(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Weights> {
+        let opts = options.clone().mode(LoadMode::Stream);
+        // SAFETY: with LoadMode::Stream nothing is mapped, so the contract
+        // of `load` (about mapped files) has nothing to hold.
+        unsafe { Weights::load(path, &opts) }
+    }
+
+    fn loaded(&self) -> &Loaded {
+        match &self.storage {
+            Storage::Mapped(m) => &m.inner,
+            Storage::Streamed(s) => s,
+        }
+    }
+
+    /// What the load did.
+    pub fn report(&self) -> &LoadReport {
+        &self.report
+    }
+
+    /// The validated header.
+    pub fn header(&self) -> &Header {
+        &self.loaded().header
+    }
+
+    /// The file's format.
+    pub fn format(&self) -> Format {
+        self.header().format()
+    }
+
+    /// The file that was loaded.
+    pub fn path(&self) -> &Path {
+        &self.loaded().path
+    }
+
+    /// The main buffer: the first one made (the mapped buffer of the
+    /// default type, when there is one). See [`Weights::buffers`].
+    pub fn buffer(&self) -> &dyn Buffer {
+        self.loaded().buffers[0].as_ref()
+    }
+
+    /// Every buffer the load made: one per buffer type over the mapping,
+    /// then one per buffer type for copies.
+    pub fn buffers(&self) -> impl ExactSizeIterator<Item = &dyn Buffer> + '_ {
+        self.loaded().buffers.iter().map(|b| b.as_ref())
+    }
+
+    /// The mapped weights, when the mapped path ran.
+    pub fn mapped(&self) -> Option<&MappedWeights> {
+        match &self.storage {
+            Storage::Mapped(m) => Some(m),
+            Storage::Streamed(_) => None,
+        }
+    }
+
+    /// Tensor descriptors in file order.
+    pub fn tensor_infos(&self) -> &[TensorInfo] {
+        self.header().tensors()
+    }
+
+    /// Number of tensors.
+    pub fn len(&self) -> usize {
+        self.tensor_infos().len()
+    }
+
+    /// Whether there are no tensors.
+    pub fn is_empty(&self) -> bool {
+        self.tensor_infos().is_empty()
+    }
+
+    /// The `i`th tensor in file order.
+    pub fn tensor_at(&self, i: usize) -> Option<TensorRef<'_>> {
+        let l = self.loaded();
+        let slot = l.slots.get(i)?;
+        Some(TensorRef {
+            info: l.header.tensors().get(i)?,
+            buffer: l.buffers[slot.buffer].as_ref(),
+            placement: slot.placement,
+            kind: slot.kind,
+        })
+    }
+
+    /// The tensor called `name`.
+    ///
+    /// # Errors
+    /// [`Error::TensorNotFound`].
+    pub fn tensor(&self, name: &str) -> Result<TensorRef<'_>> {
+        self.index_of(name).and_then(|i| {
+            self.tensor_at(i)
+                .ok_or(Error::TensorNotFound { name: name.into() })
+        })
+    }
+
+    /// Every tensor, in file order.
+    pub fn tensors(&self) -> impl ExactSizeIterator<Item = TensorRef<'_>> + '_ {
+        let l = self.loaded();
+        // One slot per tensor, in the same order: both paths place every one.
+        l.header
+            .tensors()
+            .iter()
+            .zip(&l.slots)
+            .map(move |(info, slot)| TensorRef {
+                info,
+                buffer: l.buffers[slot.buffer].as_ref(),
+                placement: slot.placement,
+                kind: slot.kind,
+            })
+    }
+
+    /// GGUF metadata (`None` for safetensors).
+    pub fn gguf_metadata(&self) -> Option<Metadata<'_>> {
+        let l = self.loaded();
+        l.header.gguf_metadata(l.header_bytes())
+    }
+
+    /// The safetensors `__metadata__` map (`None` for GGUF).
+    pub fn safetensors_metadata(&self) -> Option<&std::collections::BTreeMap<String, String>> {
+        self.header().safetensors_metadata()
+    }
+
+    /// How far the background prefetch has got: `None` when none was
+    /// started (see [`LoadReport::prefetch`] for why).
+    pub fn prefetch_progress(&self) -> Option<PrefetchProgress> {
+        self.loaded().prefetcher.as_ref().map(Prefetcher::progress)
+    }
+
+    /// Block until the background prefetch, if one runs, has finished or
+    /// stopped: for a runtime that wants every page read before its first
+    /// pass (the reads began when `load` returned, so this waits only for
+    /// what is left).
+    pub fn wait_prefetch(&self) -> Option<PrefetchProgress> {
+        self.loaded().prefetcher.as_ref().map(Prefetcher::wait)
+    }
+
+    /// The mapping and the file range of tensor `name`, when it is mapped.
+    fn mapped_range(&self, name: &str) -> Result<Option<(&Mapping, std::ops::Range<u64>)>> {
+        let i = self.index_of(name)?;
+        let l = self.loaded();
+        Ok(match (&l.map, l.slots[i].kind) {
+            (Some(m), PlacementKind::Mapped) => {
+                Some((m.as_ref(), l.header.tensors()[i].file_range()))
+            }
+            _ => None,
+        })
+    }
+
+    /// Re-advise the pages of tensor `name` (`MADV_RANDOM` on the whole
+    /// pages inside the tensor, so neighbours keep their advice; the others
+    /// from the page holding its first byte). A documented no-op on streamed
+    /// weights and on copied tensors, whose bytes are owned memory.
+    ///
+    /// # Errors
+    /// [`Error::TensorNotFound`].
+    pub fn advise(&self, name: &str, access: AccessAdvice) -> Result<()> {
+        if let Some((map, r)) = self.mapped_range(name)? {
+            advise_range(map, r, access);
+        }
+        Ok(())
+    }
+
+    /// Re-advise the pages of the file range `range` of the mapping, as
+    /// [`Weights::advise`] does for a tensor; clamped to the file. A no-op
+    /// on streamed weights.
+    pub fn advise_file_range(&self, range: std::ops::Range<u64>, access: AccessAdvice) {
+        if let Some(map) = &self.loaded().map {
+            advise_range(map, range, access);
+        }
+    }
+
+    /// Drop tensor `name`'s pages from memory (`MADV_DONTNEED` on this
+    /// mapping, then `POSIX_FADV_DONTNEED` on the page cache), rounded
+    /// inward to whole pages so neighbours stay: for a runtime that has
+    /// copied the tensor to a device (llama.cpp's `unmap_fragment`). The
+    /// tensor still reads correctly afterwards: its pages are read from the
+    /// file again. A running background prefetch may read them back in;
+    /// call [`Weights::wait_prefetch`] first. The kernel drops page-cache
+    /// pages by folio: a large folio (up to 2 MiB on Linux 6.x) that also
+    /// holds a neighbour's mapped bytes stays cached at each edge. A
+    /// documented no-op on streamed weights and copied tensors.
+    ///
+    /// # Errors
+    /// [`Error::TensorNotFound`], or [`Error::Io`] if `madvise` fails.
+    pub fn release(&self, name: &str) -> Result<()> {
+        match self.mapped_range(name)? {
+            Some((map, r)) => self.release_in(map, r),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Weights::release`] for every mapped tensor: the whole tensor region.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if `madvise` fails.
+    pub fn release_all(&self) -> Result<()> {
+        match &self.loaded().map {
+            Some(map) => {
+                let (s, e) = self.header().tensor_region();
+                self.release_in(map, s..e)
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn release_in(&self, map: &Mapping, r: std::ops::Range<u64>) -> Result<()> {
+        map.release(clamp(r.start), clamp(r.end))
+            .map_err(|e| Error::io("madvise", self.path(), e))
+    }
+
+    /// How much of tensor `name` is in the page cache (`mincore`); `None`
+    /// on streamed weights and for copied tensors.
+    ///
+    /// # Errors
+    /// [`Error::TensorNotFound`], or [`Error::Io`] if `mincore` fails.
+    pub fn residency(&self, name: &str) -> Result<Option<Residency>> {
+        match self.mapped_range(name)? {
+            Some((map, r)) => map
+                .residency(clamp(r.start), clamp(r.end))
+                .map(Some)
+                .map_err(|e| Error::io("mincore", self.path(), e)),
+            None => Ok(None),
+        }
+    }
+
+    fn index_of(&self, name: &str) -> Result<usize> {
+        self.header()
+            .tensor_index(name)
+            .ok_or_else(|| Error::TensorNotFound { name: name.into() })
+    }
+}
+
+fn advise_range(map: &Mapping, r: std::ops::Range<u64>, access: AccessAdvice) {
+    let (s, e) = (clamp(r.start), clamp(r.end));
+    let _ = match access {
+        AccessAdvice::Random => map.advise_inward(access, s, e),
+        _ => map.advise(access, s, e),
+    };
+}
+
+/// A file offset as a mapping offset; offsets past `usize` clamp (the
+/// mapping clamps them again to its length).
+fn clamp(v: u64) -> usize {
+    usize::try_from(v).unwrap_or(usize::MAX)
+}
+
+/// A placed tensor, borrowed from loaded [`Weights`]: read-only whatever the
+/// mode. To change a weight, take [`TensorRef::to_owned_tensor`].
+#[derive(Clone, Copy, Debug)]
+pub struct TensorRef<'w> {
+    info: &'w TensorInfo,
+    buffer: &'w dyn Buffer,
+    placement: Placement,
+    kind: PlacementKind,
+}
+
+impl<'w> TensorRef<'w> {
+    /// The descriptor.
+    pub fn info(&self) -> &'w TensorInfo {
+        self.info
+    }
+
+    /// The name.
+    pub fn name(&self) -> &'w str {
+        &self.info.name
+    }
+
+    /// Where the tensor sits in its buffer, and the alignment its address has.
+    pub fn placement(&self) -> Placement {
+        self.placement
+    }
+
+    /// Whether it is viewed in the mapping or was copied.
+    pub fn placement_kind(&self) -> PlacementKind {
+        self.kind
+    }
+
+    /// The buffer it sits in.
+    pub fn buffer(&self) -> &'w dyn Buffer {
+        self.buffer
+    }
+
+    /// The bytes, when the buffer is host-visible.
+    pub fn host_bytes(&self) -> Option<&'w [u8]> {
+        let b: &'w [u8] = self.buffer.host_bytes()?;
+        b.get(self.placement.offset..self.placement.offset + self.placement.len)
+    }
+
+    /// The bytes as `T`, zero-copy.
+    ///
+    /// # Errors
+    /// [`Error::NotHost`] for a device buffer, [`Error::ViewType`] or [`Error::ViewLayout`].
+    pub fn view<T: Element>(&self) -> Result<&'w [T]> {
+        let bytes = self.host_bytes().ok_or_else(|| Error::NotHost {
+            buffer: self.buffer.type_name().to_owned(),
+        })?;
+        view(self.info, bytes)
+    }
+
+    /// Copy the bytes into `out` (which must be exactly the tensor's size);
+    /// works on every buffer.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBuffer`] if `out` is the wrong size.
+    pub fn read_into(&self, out: &mut [u8]) -> Result<()> {
+        if out.len() != self.placement.len {
+            return Err(Error::OutOfBuffer {
+                offset: 0,
+                len: out.len(),
+                buffer_size: self.placement.len,
+            });
+        }
+        self.buffer.get(self.placement.offset, out)
+    }
+
+    /// The bytes, copied.
+    ///
+    /// # Errors
+    /// As [`Buffer::get`].
+    pub fn to_vec(&self) -> Result<Vec<u8>> {
+        let mut v = vec![0u8; self.placement.len];
+        self.read_into(&mut v)?;
+        Ok(v)
+    }
+
+    /// An owned, writable copy in a CPU buffer (for a runtime that must
+    /// rewrite a weight: fusing batch-norm, repacking).
+    ///
+    /// # Errors
+    /// [`Error::Alloc`], or as [`Buffer::get`].
+    pub fn to_owned_tensor(&self) -> Result<OwnedTensor> {
+        let mut buf = CpuBufferType::new().alloc(self.placement.len)?;
+        self.buffer.get(self.placement.offset, buf.bytes_mut())?;
+        Ok(OwnedTensor {
+            info: self.info.clone(),
+            buf,
+        })
+    }
+}
+
+/// A writable copy of one tensor, in its own 32-byte-aligned CPU buffer.
+#[derive(Debug)]
+pub struct OwnedTensor {
+    info: TensorInfo,
+    buf: CpuBuffer,
+}
+
+impl OwnedTensor {
+    /// The descriptor.
+    pub fn info(&self) -> &TensorInfo {
+        &self.info
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        self.buf.bytes()
+    }
+
+    /// The bytes, writable.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        self.buf.bytes_mut()
+    }
+
+    /// The bytes as `T`.
+    ///
+    /// # Errors
+    /// As [`crate::buffer::view`].
+    pub fn view<T: Element>(&self) -> Result<&[T]> {
+        view(&self.info, self.buf.bytes())
+    }
+
+    /// The bytes as writable `T`.
+    ///
+    /// # Errors
+    /// As [`crate::buffer::view`].
+    pub fn view_mut<T: Element>(&mut self) -> Result<&mut [T]> {
+        view_mut(&self.info, self.buf.bytes_mut())
+    }
+}
+
+/// A file's validated header, read without reading tensor data: what
+/// `weightmap inspect` and `validate` use.
+#[derive(Debug)]
+pub struct WeightsHeader {
+    header: Header,
+    bytes: Vec<u8>,
+}
+
+impl WeightsHeader {
+    /// Read and validate the header of `path` (every check the loader makes
+    /// short of mapping and placing).
+    ///
+    /// # Errors
+    /// As [`Weights::load_streamed`], less the tensor reads.
+    pub fn read(path: impl AsRef<Path>) -> Result<WeightsHeader> {
+        let path = path.as_ref();
+        let (file, meta) = open_checked(path)?;
+        let (header, bytes) = read_header(&file, meta.len(), path)?;
+        Ok(WeightsHeader { header, bytes })
+    }
+
+    /// The header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// GGUF metadata (`None` for safetensors).
+    pub fn gguf_metadata(&self) -> Option<Metadata<'_>> {
+        self.header.gguf_metadata(&self.bytes)
+    }
+
+    /// The first tensor whose file offset is not aligned as a buffer type of
+    /// `buffer_alignment` needs for zero-copy placement (the mapping is
+    /// page-aligned, so the file offset decides for alignments up to a page).
+    pub fn first_misaligned(&self, buffer_alignment: usize) -> Option<(&TensorInfo, usize)> {
+        self.header.tensors().iter().find_map(|t| {
+            let a = self.header.required_alignment(t, buffer_alignment);
+            (t.file_offset % a as u64 != 0).then_some((t, a))
+        })
+    }
+}
