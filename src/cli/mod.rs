@@ -7,6 +7,7 @@ mod gen;
 mod inspect;
 mod load;
 mod proc_status;
+mod signals;
 mod validate;
 
 use std::fmt;
