@@ -9,7 +9,7 @@ pub mod gen;
 pub mod gguf;
 pub mod loader;
 pub mod mmap;
-mod outfile;
+pub mod outfile;
 pub mod safetensors;
 pub mod tensor;
 pub mod types;

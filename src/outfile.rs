@@ -12,6 +12,17 @@
 //! 3. The caller writes; [`OutFile::commit`] syncs, renames over the
 //!    destination (atomic within a directory) and syncs the directory.
 //! 4. Dropping an uncommitted [`OutFile`] removes the temporary file.
+//!
+//! ```
+//! use std::io::Write;
+//! # fn main() -> weightmap::Result<()> {
+//! let dir = tempfile::tempdir().unwrap();
+//! let out = weightmap::outfile::OutFile::create(&dir.path().join("a.txt"))?;
+//! out.file().write_all(b"whole or nothing").unwrap();
+//! out.commit()?;
+//! assert_eq!(std::fs::read(dir.path().join("a.txt")).unwrap(), b"whole or nothing");
+//! # Ok(()) }
+//! ```
 
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
@@ -24,7 +35,7 @@ use crate::error::{Error, Result};
 
 /// A temporary file that becomes `dest` on [`OutFile::commit`].
 #[derive(Debug)]
-pub(crate) struct OutFile {
+pub struct OutFile {
     dest: PathBuf,
     tmp: PathBuf,
     file: Option<File>,
@@ -40,7 +51,7 @@ impl OutFile {
     /// [`Error::NotRegularDestination`] if `dest` exists and is not a regular
     /// file (following a symlink); [`Error::Io`] if the temporary file
     /// cannot be created.
-    pub(crate) fn create(dest: &Path) -> Result<OutFile> {
+    pub fn create(dest: &Path) -> Result<OutFile> {
         check_destination(dest)?;
         let name = dest
             .file_name()
@@ -88,20 +99,20 @@ impl OutFile {
     }
 
     /// The open temporary file.
-    pub(crate) fn file(&self) -> &File {
+    pub fn file(&self) -> &File {
         self.file
             .as_ref()
             .expect("an OutFile holds its file until commit")
     }
 
     /// The temporary file's path.
-    pub(crate) fn tmp_path(&self) -> &Path {
+    pub fn tmp_path(&self) -> &Path {
         &self.tmp
     }
 
     /// Fail with [`Error::NoSpace`] unless the file system holding the
     /// temporary file has `needed` bytes free for this user.
-    pub(crate) fn ensure_space(&self, needed: u64) -> Result<()> {
+    pub fn ensure_space(&self, needed: u64) -> Result<()> {
         use std::os::fd::AsRawFd;
         let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
         // SAFETY: the descriptor is open for as long as `self.file` lives, and
@@ -131,7 +142,7 @@ impl OutFile {
     /// # Errors
     /// [`Error::Io`] from the sync or the rename; the temporary file is
     /// removed then.
-    pub(crate) fn commit(mut self) -> Result<()> {
+    pub fn commit(mut self) -> Result<()> {
         let file = self.file.take().expect("commit is called once");
         file.sync_all()
             .map_err(|e| Error::io("sync", &self.tmp, e))?;

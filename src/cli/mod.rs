@@ -3,6 +3,7 @@
 
 mod baseline;
 mod bench;
+mod cache;
 mod gen;
 mod inspect;
 mod load;
