@@ -228,3 +228,100 @@ fn gen_writes_a_tensor_larger_than_its_address_space() {
         fs::remove_file(d.join(name)).unwrap();
     }
 }
+
+// ---- item 7: SIGBUS ---------------------------------------------------------
+
+#[test]
+fn load_hashes_on_a_file_truncated_under_its_mapping_is_one_error_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let gen = wm(
+        d,
+        &[
+            "gen",
+            "big.gguf",
+            "--size",
+            "256M",
+            "--tensors",
+            "12",
+            "--vocab",
+            "1000",
+            "--types",
+            "f32",
+        ],
+    );
+    assert!(gen.status.success(), "{gen:?}");
+    let path = d.join("big.gguf");
+    let child = Command::new(env!("CARGO_BIN_EXE_weightmap"))
+        .args([
+            "load",
+            "big.gguf",
+            "--mode",
+            "mmap",
+            "--no-fallback",
+            "--hashes",
+        ])
+        .current_dir(d)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait (bounded) for the mapping to appear, then truncate the file
+    // while the child hashes its tensors (seconds of work in a debug build).
+    let maps = format!("/proc/{}/maps", child.id());
+    let canon = fs::canonicalize(&path).unwrap();
+    for _ in 0..3000 {
+        if fs::read_to_string(&maps).is_ok_and(|m| m.contains(&*canon.to_string_lossy())) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let line = one_error(&out);
+    assert_eq!(line, "error: big.gguf changed while mapped (truncated?)");
+}
+
+// ---- item 6: reporting ------------------------------------------------------
+
+/// No control character but the newline reaches the terminal.
+fn assert_no_controls(text: &[u8]) {
+    let s = String::from_utf8_lossy(text);
+    let bad: Vec<char> = s.chars().filter(|c| c.is_control() && *c != '\n').collect();
+    assert!(bad.is_empty(), "control characters {bad:?} in {s}");
+}
+
+#[test]
+fn text_output_escapes_control_characters_in_names() {
+    use weightmap::gguf::write::Writer;
+    use weightmap::TensorType;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let evil = "\u{1b}]0;pwned\u{7}\u{0}\u{9b}x";
+    let mut w = Writer::new(32);
+    w.kv_str(evil, evil);
+    w.tensor(evil, TensorType::F32, &[2], vec![0; 8]);
+    fs::write(d.join("evil.gguf"), w.to_bytes()).unwrap();
+    let out = wm(d, &["inspect", "evil.gguf"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_no_controls(&out.stdout);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\\e]0;pwned"));
+    let out = wm(d, &["load", "evil.gguf", "--hashes"]);
+    assert!(out.status.success(), "{out:?}");
+
+    // An error naming the tensor: escaped as well.
+    let mut w = Writer::new(32);
+    w.tensor(evil, TensorType::F32, &[2], vec![0; 8]);
+    w.tensor(evil, TensorType::F32, &[2], vec![0; 8]);
+    fs::write(d.join("dup.gguf"), w.to_bytes()).unwrap();
+    let out = wm(d, &["validate", "dup.gguf"]);
+    let line = one_error(&out);
+    assert!(line.contains("duplicate tensor name"), "{line}");
+    assert_no_controls(&out.stderr);
+}

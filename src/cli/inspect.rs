@@ -6,7 +6,7 @@ use serde_json::{json, Value as Json};
 use weightmap::gguf::Value;
 use weightmap::{Header, WeightsHeader};
 
-use super::{emit, human_bytes, json_text, table, CliResult};
+use super::{emit, escape, human_bytes, json_text, table, CliResult};
 
 /// Arguments of `inspect`.
 #[derive(Debug, clap::Args)]
@@ -125,10 +125,15 @@ fn to_json(wh: &WeightsHeader, full: bool) -> Json {
 fn quote(s: &str, full: bool) -> String {
     let n = s.chars().count();
     if full || n <= MAX_TEXT {
-        Json::from(s).to_string()
+        // JSON quoting escapes C0; `escape` catches DEL, C1 and bidi controls.
+        escape(&Json::from(s).to_string()).into_owned()
     } else {
         let cut: String = s.chars().take(MAX_TEXT).collect();
-        format!("{}… ({} bytes)", Json::from(cut), s.len())
+        format!(
+            "{}… ({} bytes)",
+            escape(&Json::from(cut).to_string()),
+            s.len()
+        )
     }
 }
 
@@ -162,7 +167,10 @@ fn to_text(wh: &WeightsHeader, a: &Args) -> String {
     let version = version(h).map_or_else(String::new, |v| format!(" (version {v})"));
     out.push_str(&table(
         &[
-            vec!["file:".into(), a.file.display().to_string()],
+            vec![
+                "file:".into(),
+                escape(&a.file.display().to_string()).into_owned(),
+            ],
             vec!["format:".into(), format!("{}{version}", h.format().name())],
             vec!["alignment:".into(), h.file_alignment().to_string()],
             vec!["data offset:".into(), h.data_offset().to_string()],
@@ -175,11 +183,15 @@ fn to_text(wh: &WeightsHeader, a: &Args) -> String {
     if let Some(md) = wh.gguf_metadata() {
         for (k, v) in md.iter() {
             let (ty, val) = value_text(&v, a.full);
-            rows.push(vec![k.to_owned(), ty, val]);
+            rows.push(vec![escape(k).into_owned(), ty, val]);
         }
     } else if let Some(map) = h.safetensors_metadata() {
         for (k, v) in map {
-            rows.push(vec![k.clone(), "string".into(), quote(v, a.full)]);
+            rows.push(vec![
+                escape(k).into_owned(),
+                "string".into(),
+                quote(v, a.full),
+            ]);
         }
     }
     out.push_str(&format!("\nmetadata ({} keys):\n", rows.len()));
@@ -202,7 +214,7 @@ fn to_text(wh: &WeightsHeader, a: &Args) -> String {
         total = total.saturating_add(t.nbytes);
         let shape: Vec<String> = t.shape.iter().map(u64::to_string).collect();
         rows.push(vec![
-            t.name.clone(),
+            escape(&t.name).into_owned(),
             t.ty.name().into(),
             format!("[{}]", shape.join(", ")),
             t.file_offset.to_string(),

@@ -55,6 +55,7 @@ pub fn run(a: &Args) -> CliResult {
     let mem = MemStatus::read();
     let r = weights.report();
 
+    let _sigbus = super::sigbus::guard(&a.file);
     let mut hashes = Vec::new();
     if a.hashes {
         for t in weights.tensors() {
