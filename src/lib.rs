@@ -2,6 +2,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
 
+mod alloc;
 pub mod buffer;
 pub mod error;
 pub mod format;

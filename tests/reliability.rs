@@ -325,3 +325,97 @@ fn text_output_escapes_control_characters_in_names() {
     assert!(line.contains("duplicate tensor name"), "{line}");
     assert_no_controls(&out.stderr);
 }
+
+#[test]
+fn an_oversized_safetensors_header_length_has_its_own_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for len in [100_000_001u64, 1 << 63, u64::MAX] {
+        let mut bytes = len.to_le_bytes().to_vec();
+        bytes.extend_from_slice(b"{\"a\":{}}");
+        fs::write(d.join("big.safetensors"), &bytes).unwrap();
+        for cmd in ["validate", "inspect"] {
+            let line = one_error(&wm(d, &[cmd, "big.safetensors"]));
+            assert!(
+                line.contains(&format!("header length {len} exceeds the limit")),
+                "{line}"
+            );
+        }
+    }
+}
+
+// ---- item 4: allocation failure is an error ---------------------------------
+
+/// A GGUF with `n` one-element f32 tensors, written with the crate's writer.
+fn many_tensors(path: &Path, n: usize) {
+    use weightmap::gguf::write::Writer;
+    use weightmap::TensorType;
+    let mut w = Writer::new(32);
+    w.kv_str("general.architecture", "llama");
+    for i in 0..n {
+        w.tensor_deferred(&format!("blk.{i}.w"), TensorType::F32, &[8]);
+    }
+    let f = std::io::BufWriter::new(fs::File::create(path).unwrap());
+    w.write_with(f, |_, _| {}).unwrap();
+}
+
+/// A GGUF whose header is about 30 MB: one long string value.
+fn big_header(path: &Path) {
+    use weightmap::gguf::write::Writer;
+    use weightmap::TensorType;
+    let mut w = Writer::new(32);
+    w.kv_str("general.notes", &"x".repeat(30_000_000));
+    w.tensor("a", TensorType::F32, &[8], vec![0; 32]);
+    let f = std::io::BufWriter::new(fs::File::create(path).unwrap());
+    w.write_with(f, |_, _| {}).unwrap();
+}
+
+/// Under each limit, the command succeeds or exits 1 with one error line:
+/// never a signal (an abort is SIGABRT, status 134 from a shell).
+fn never_aborts(d: &Path, file: &str, limits: &[u64]) -> Vec<(u64, String, Option<i32>)> {
+    let mut seen = Vec::new();
+    for &limit in limits {
+        for args in [
+            vec!["validate", file],
+            vec!["load", file, "--mode", "stream"],
+            vec!["inspect", file],
+            vec!["inspect", file, "--json"],
+        ] {
+            let out = wm_limited(d, limit, &args);
+            let what = format!("{args:?} under {} MiB", limit >> 20);
+            assert!(
+                out.status.code().is_some(),
+                "{what}: killed by {:?}",
+                out.status
+            );
+            if !out.status.success() {
+                let line = one_error(&out);
+                assert!(
+                    line.contains("out of memory") || line.contains("allocat"),
+                    "{what}: {line}"
+                );
+            }
+            seen.push((limit >> 20, args.join(" "), out.status.code()));
+        }
+    }
+    seen
+}
+
+#[test]
+fn a_million_tensors_under_rlimit_as_is_an_error_not_an_abort() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    many_tensors(&d.join("many.gguf"), 1_000_000);
+    let seen = never_aborts(d, "many.gguf", &[48 << 20, 96 << 20, 160 << 20]);
+    // The smallest limit is below the header itself: that one must fail.
+    assert!(seen.iter().any(|s| s.2 == Some(1)), "{seen:?}");
+}
+
+#[test]
+fn a_30_mb_header_under_rlimit_as_is_an_error_not_an_abort() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    big_header(&d.join("big.gguf"));
+    let seen = never_aborts(d, "big.gguf", &[24 << 20, 40 << 20, 64 << 20]);
+    assert!(seen.iter().any(|s| s.2 == Some(1)), "{seen:?}");
+}
