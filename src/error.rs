@@ -42,6 +42,42 @@ pub enum Error {
     /// The file is neither GGUF nor safetensors.
     #[error("unknown format: the first bytes are neither the GGUF magic nor a safetensors header")]
     UnknownFormat,
+    /// An output path that names something other than a regular file (a
+    /// directory, a device node, a FIFO, a symlink to one): writing it is refused.
+    #[error("refusing to replace {path}: it is {kind}, not a regular file")]
+    NotRegularDestination {
+        /// The destination.
+        path: PathBuf,
+        /// What it is ("a directory", "a character device", ...).
+        kind: &'static str,
+    },
+    /// Not enough free space on the destination's file system for the file.
+    #[error(
+        "{path}: the file needs {needed} bytes but its file system has {available} bytes free"
+    )]
+    NoSpace {
+        /// The destination.
+        path: PathBuf,
+        /// Bytes the file will take.
+        needed: u64,
+        /// Bytes available to this user.
+        available: u64,
+    },
+    /// Writing was stopped by SIGINT or SIGTERM; the partial file was removed.
+    #[error("writing {path} was interrupted by a signal; the partial file was removed")]
+    Interrupted {
+        /// The destination.
+        path: PathBuf,
+    },
+    /// An allocation whose size the file decides failed (the process is out
+    /// of memory or over its address-space limit).
+    #[error("out of memory: allocating {bytes} bytes for {what} failed")]
+    OutOfMemory {
+        /// What the memory was for ("the header", "the tensor table", ...).
+        what: &'static str,
+        /// Bytes asked for (an estimate where the element size is not known).
+        bytes: u64,
+    },
     // ---- GGUF header ---------------------------------------------------------
     /// The first four bytes are not `GGUF`.
     #[error("bad magic {found:02x?}: not a GGUF file")]
@@ -445,6 +481,10 @@ impl Error {
             Error::EmptyFile { .. } => "empty_file",
             Error::NotAFile { .. } => "not_a_file",
             Error::UnknownFormat => "unknown_format",
+            Error::NotRegularDestination { .. } => "not_regular_destination",
+            Error::NoSpace { .. } => "no_space",
+            Error::Interrupted { .. } => "interrupted",
+            Error::OutOfMemory { .. } => "out_of_memory",
             Error::BadMagic { .. } => "bad_magic",
             Error::UnsupportedVersion { .. } => "unsupported_version",
             Error::BigEndian { .. } => "big_endian",

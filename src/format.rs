@@ -31,13 +31,22 @@ impl Format {
     /// whose parser then says precisely what is wrong.
     ///
     /// # Errors
-    /// [`Error::UnknownFormat`].
+    /// [`Error::SafetensorsHeader`] for a safetensors-like start whose header
+    /// length is over [`crate::safetensors::MAX_HEADER_LEN`];
+    /// [`Error::UnknownFormat`] for anything else unrecognised.
     pub fn detect(prefix: &[u8]) -> Result<Format> {
         let n = prefix.len().min(4);
         if prefix[..n] == gguf::MAGIC[..n] {
             Ok(Format::Gguf)
         } else if st::sniff(prefix) {
             Ok(Format::Safetensors)
+        } else if let Some(len) = st::oversized_len(prefix) {
+            Err(Error::SafetensorsHeader {
+                detail: format!(
+                    "header length {len} exceeds the limit of {} bytes",
+                    st::MAX_HEADER_LEN
+                ),
+            })
         } else {
             Err(Error::UnknownFormat)
         }
@@ -228,6 +237,7 @@ pub(crate) fn read_header(
             needed: want,
             file_len,
         })?;
+        crate::alloc::reserve(&mut bytes, want_usize - have, "the header")?;
         bytes.resize(want_usize, 0);
         read_at(file, &mut bytes[have..], have as u64).map_err(|e| Error::io("read", path, e))?;
         match Header::parse_prefix(&bytes, file_len)? {

@@ -21,9 +21,10 @@
 //! Tensor bytes are pseudo-random (splitmix64, seeded per tensor from
 //! [`GenSpec::seed`]): meaningless as numbers (float and quant scale fields
 //! may hold NaN), but the same seed and spec always give the same file, byte
-//! for byte. Data is produced one tensor (GGUF) or one chunk (safetensors) at
-//! a time, never the whole model in memory; the file is written to
-//! `<path>.tmp` and renamed into place.
+//! for byte. Data is produced in chunks of at most 4 MiB, never the whole
+//! model or a whole tensor in memory; the file is
+//! written under a unique temporary name next to `path` and renamed into
+//! place (see [`generate`]).
 //!
 //! ```
 //! use weightmap::{gen::{self, GenSpec}, Format, Header, TensorType};
@@ -44,14 +45,15 @@
 //! # Ok(()) }
 //! ```
 
-use std::fs::File;
 use std::io::{self, BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::{Error, Result};
 use crate::format::{Format, Header, Progress};
 use crate::gguf::write::{OwnedValue, Writer};
 use crate::gguf::ValueType;
+use crate::outfile::OutFile;
 use crate::types::TensorType;
 
 /// Bumped whenever the generator's output for a given spec changes, so that
@@ -170,74 +172,137 @@ pub fn plan(spec: &GenSpec) -> Result<Plan> {
 /// Generate the model `spec` describes at `path`, calling
 /// `progress(done, total)` with tensor bytes produced so far as it goes.
 ///
-/// The file is written to `path` with `.tmp` appended, checked (its header
-/// is parsed back with weightmap's own validating parser before the data is
-/// written), then renamed to `path`.
+/// The file is written under a fresh temporary name in `path`'s directory
+/// (created exclusively, never through a symlink), checked (its header is
+/// parsed back with weightmap's own validating parser before the data is
+/// written), then renamed over `path`. On any error the temporary file is
+/// removed and `path` is left as it was. Memory use does not grow with the
+/// tensors' sizes: data is produced and written in chunks of at most 4 MiB.
 ///
 /// # Errors
-/// As [`plan`]; [`Error::NotAFile`] if `path` is a directory; [`Error::Io`]
-/// for the file; any validation error if the header does not parse back (a
-/// bug).
+/// As [`plan`]; [`Error::NotRegularDestination`] if `path` exists and is not
+/// a regular file; [`Error::NoSpace`] if its file system lacks room for the
+/// file; [`Error::Io`] for the file; any validation error if the header does
+/// not parse back (a bug).
 pub fn generate(
     spec: &GenSpec,
     path: impl AsRef<Path>,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<()> {
+    generate_until(spec, path, progress, &AtomicBool::new(false))
+}
+
+/// [`generate`], stopping with [`Error::Interrupted`] (and the temporary
+/// file removed) soon after `stop` becomes true: it is checked between
+/// chunks, so a signal handler that only sets it is enough.
+///
+/// # Errors
+/// As [`generate`], and [`Error::Interrupted`].
+pub fn generate_until(
+    spec: &GenSpec,
+    path: impl AsRef<Path>,
+    progress: &mut dyn FnMut(u64, u64),
+    stop: &AtomicBool,
+) -> Result<()> {
     let path = path.as_ref();
-    if path.is_dir() {
-        return Err(Error::NotAFile { path: path.into() });
-    }
     let layout = Layout::new(spec)?;
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let result = write_file(spec, &layout, &tmp, progress)
-        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| Error::io("rename", path, e)));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    } else {
-        progress(layout.tensor_bytes, layout.tensor_bytes);
+    let out = OutFile::create(path)?;
+    let result = write_file(spec, &layout, &out, progress, stop);
+    if stop.load(Ordering::Relaxed) {
+        // Whatever the write reported, the reason it stopped is the signal.
+        return Err(Error::Interrupted { path: path.into() });
     }
-    result
+    result?;
+    out.commit()?;
+    progress(layout.tensor_bytes, layout.tensor_bytes);
+    Ok(())
+}
+
+/// The smallest total tensor bytes a model with `spec`'s tensor count,
+/// vocabulary and types can have (embedding and feed-forward length 256):
+/// a [`GenSpec::size`] below it still gives a model of this size.
+///
+/// # Errors
+/// As [`plan`].
+pub fn minimum_size(spec: &GenSpec) -> Result<u64> {
+    Layout::new(&GenSpec {
+        size: 0,
+        ..spec.clone()
+    })
+    .map(|l| l.tensor_bytes)
+}
+
+/// The error a writer loop returns when `stop` was set.
+fn stopped() -> io::Error {
+    io::Error::new(io::ErrorKind::Interrupted, "stopped by a signal")
 }
 
 fn write_file(
     spec: &GenSpec,
     layout: &Layout,
-    tmp: &Path,
+    out_file: &OutFile,
     progress: &mut dyn FnMut(u64, u64),
+    stop: &AtomicBool,
 ) -> Result<()> {
-    let file = File::create(tmp).map_err(|e| Error::io("create", tmp, e))?;
-    let mut out = BufWriter::with_capacity(1 << 20, file);
+    let tmp = out_file.tmp_path();
     let total = layout.tensor_bytes;
     progress(0, total);
-    match spec.format {
+    let header = match spec.format {
         Format::Gguf => {
             let w = layout.gguf_writer(spec);
             let (header, _) = w.header_bytes();
-            check_header(
-                &header,
-                header.len() as u64 + layout.gguf_data_len(spec.alignment),
-            )?;
-            let mut done = 0u64;
-            w.write_with(&mut out, |i, buf| {
-                progress(done, total);
-                Filler::for_tensor(spec.seed, i).fill(buf);
+            (Some(w), header)
+        }
+        Format::Safetensors => (None, layout.safetensors_header(spec)?),
+    };
+    let file_len = match spec.format {
+        Format::Gguf => (header.1.len() as u64).checked_add(layout.gguf_data_len(spec.alignment)),
+        Format::Safetensors => (header.1.len() as u64).checked_add(total),
+    }
+    .ok_or_else(|| Error::TensorSizeOverflow {
+        tensor: layout
+            .tensors
+            .first()
+            .map_or_else(String::new, |t| t.name.clone()),
+        what: "offset + size",
+    })?;
+    check_header(&header.1, file_len)?;
+    // Refuse up front what the disk cannot hold, rather than fill it.
+    out_file.ensure_space(file_len)?;
+    let mut out = BufWriter::with_capacity(1 << 20, out_file.file());
+    let mut done = 0u64;
+    let mut filler: Option<(usize, Filler)> = None;
+    match header {
+        (Some(w), _) => {
+            w.try_write_with(&mut out, |i, buf| {
+                if stop.load(Ordering::Relaxed) {
+                    return Err(stopped());
+                }
+                // Chunks of a tensor arrive in order, each but the last a
+                // multiple of 8 bytes: one stream per tensor continues.
+                if !matches!(filler, Some((j, _)) if j == i) {
+                    filler = Some((i, Filler::for_tensor(spec.seed, i)));
+                }
+                if let Some((_, f)) = filler.as_mut() {
+                    f.fill(buf);
+                }
                 done += buf.len() as u64;
+                progress(done, total);
+                Ok(())
             })
             .map_err(|e| Error::io("write", tmp, e))?;
         }
-        Format::Safetensors => {
-            let header = layout.safetensors_header(spec)?;
-            check_header(&header, header.len() as u64 + total)?;
+        (None, header) => {
             out.write_all(&header)
                 .map_err(|e| Error::io("write", tmp, e))?;
             let mut chunk = vec![0u8; CHUNK.min(layout.max_tensor_bytes() as usize)];
-            let mut done = 0u64;
             for (i, t) in layout.tensors.iter().enumerate() {
                 let mut filler = Filler::for_tensor(spec.seed, i);
                 let mut left = t.nbytes;
                 while left > 0 {
+                    if stop.load(Ordering::Relaxed) {
+                        return Err(Error::io("write", tmp, stopped()));
+                    }
                     let n = left.min(chunk.len() as u64) as usize;
                     filler.fill(&mut chunk[..n]);
                     out.write_all(&chunk[..n])
@@ -249,14 +314,7 @@ fn write_file(
             }
         }
     }
-    let file = out.into_inner().map_err(|e| {
-        Error::io(
-            "write",
-            tmp,
-            io::Error::new(e.error().kind(), e.error().to_string()),
-        )
-    })?;
-    file.sync_all().map_err(|e| Error::io("sync", tmp, e))?;
+    out.flush().map_err(|e| Error::io("write", tmp, e))?;
     Ok(())
 }
 
@@ -830,9 +888,12 @@ mod tests {
         .unwrap();
         assert!(calls >= 2);
         assert_eq!(last.0, last.1);
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        assert!(!Path::new(&tmp).exists(), "the .tmp file is renamed away");
+        let leftovers: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n.to_string_lossy().ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
         std::fs::read(&path).unwrap()
     }
 
@@ -991,7 +1052,7 @@ mod tests {
         assert_eq!((p.embedding_length, p.tensor_bytes), (256, 0));
         let dir = tempfile::tempdir().unwrap();
         let err = generate(&none, dir.path(), &mut |_, _| {}).unwrap_err();
-        assert!(matches!(err, Error::NotAFile { .. }), "{err}");
+        assert!(matches!(err, Error::NotRegularDestination { .. }), "{err}");
         // A huge target with three tensors: capped, not overflowing.
         let huge = GenSpec {
             size: u64::MAX,

@@ -2,6 +2,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
 
+mod alloc;
 pub mod buffer;
 pub mod error;
 pub mod format;
@@ -9,6 +10,7 @@ pub mod gen;
 pub mod gguf;
 pub mod loader;
 pub mod mmap;
+pub mod outfile;
 pub mod prefetch;
 pub mod quant;
 pub mod safetensors;

@@ -59,6 +59,14 @@ pub fn sniff(prefix: &[u8]) -> bool {
     (2..=MAX_HEADER_LEN).contains(&len)
 }
 
+/// The header length of a file that starts like safetensors (byte 8 is
+/// `{`) but whose length prefix is over [`MAX_HEADER_LEN`], so that it gets
+/// its own message rather than "unknown format".
+pub(crate) fn oversized_len(prefix: &[u8]) -> Option<u64> {
+    let len = read_len(prefix)?;
+    (prefix.get(LEN_PREFIX as usize) == Some(&b'{') && len > MAX_HEADER_LEN).then_some(len)
+}
+
 fn read_len(prefix: &[u8]) -> Option<u64> {
     let b: [u8; 8] = prefix.get(..LEN_PREFIX as usize)?.try_into().ok()?;
     Some(u64::from_le_bytes(b))
@@ -287,7 +295,8 @@ fn parse_json(json: &[u8], header_len: u64, file_len: u64) -> Result<Safetensors
 
     // The crate's own deserializer for each entry (dtype names, shape and
     // offsets as unsigned integers, no unknown fields checked by it).
-    let mut entries: Vec<(String, StTensorInfo)> = Vec::with_capacity(map.len());
+    let mut entries: Vec<(String, StTensorInfo)> =
+        crate::alloc::with_capacity(map.len(), "the tensor table")?;
     for (name, v) in map {
         let info: StTensorInfo =
             serde_json::from_value(v).map_err(|e| header_err(format!("tensor '{name}': {e}")))?;
@@ -297,7 +306,8 @@ fn parse_json(json: &[u8], header_len: u64, file_len: u64) -> Result<Safetensors
     entries.sort_by(|(an, a), (bn, b)| a.data_offsets.cmp(&b.data_offsets).then(an.cmp(bn)));
 
     let data_len = file_len - data_offset; // data_offset <= file_len, checked by the caller
-    let mut tensors: Vec<TensorInfo> = Vec::with_capacity(entries.len());
+    let mut tensors: Vec<TensorInfo> =
+        crate::alloc::with_capacity(entries.len(), "the tensor table")?;
     for (name, info) in &entries {
         tensors.push(check_tensor(name, info, data_offset, data_len, file_len)?);
     }

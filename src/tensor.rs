@@ -54,7 +54,9 @@ impl TensorInfo {
 /// nothing. After sorting by start, if no tensor starts before the previous
 /// one ends, the ends increase too, so no two tensors overlap at all.
 pub(crate) fn check_overlap(tensors: &[TensorInfo]) -> Result<()> {
-    let mut by_start: Vec<&TensorInfo> = tensors.iter().filter(|t| t.nbytes > 0).collect();
+    let mut by_start: Vec<&TensorInfo> =
+        crate::alloc::with_capacity(tensors.len(), "the overlap check")?;
+    by_start.extend(tensors.iter().filter(|t| t.nbytes > 0));
     by_start.sort_unstable_by_key(|t| t.file_offset);
     for w in by_start.windows(2) {
         let (a, b) = (w[0], w[1]);
@@ -84,7 +86,7 @@ impl TensorTable {
     pub(crate) fn new(tensors: Vec<TensorInfo>) -> Result<TensorTable> {
         // u32 indices: a table is bounded by the file size, and each entry
         // takes at least 24 bytes of it.
-        let mut by_name: Vec<u32> = (0..tensors.len() as u32).collect();
+        let mut by_name = crate::alloc::index(tensors.len(), "the tensor name index")?;
         by_name.sort_unstable_by(|&a, &b| tensors[a as usize].name.cmp(&tensors[b as usize].name));
         for w in by_name.windows(2) {
             if tensors[w[0] as usize].name == tensors[w[1] as usize].name {

@@ -863,10 +863,14 @@ fn safetensors_header_length_past_the_end() {
         matches!(e, Error::Truncated { ref what, needed: 1000, file_len: 20, .. } if what == "safetensors JSON header"),
         "{e:?}"
     );
-    // Over the 100 MB header cap: not sniffed as safetensors at all.
+    // Over the 100 MB header cap: its own message (issue 15), not "unknown format".
     let mut bytes = (1u64 << 62).to_le_bytes().to_vec();
     bytes.extend_from_slice(b"{}");
-    assert!(matches!(hostile(&bytes), Error::UnknownFormat));
+    let e = hostile(&bytes);
+    assert!(
+        matches!(e, Error::SafetensorsHeader { ref detail } if detail.contains("exceeds the limit")),
+        "{e:?}"
+    );
     // Only the length, no JSON.
     let e = hostile(&2u64.to_le_bytes());
     assert!(matches!(e, Error::UnknownFormat), "{e:?}");

@@ -9,12 +9,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
-use sha2::{Digest, Sha256};
-use weightmap::gen::{self, GenSpec, GENERATOR_VERSION};
 use weightmap::{Format, WeightsHeader};
 
-use super::gen::generate_with_progress;
-use super::load::hex;
+use super::cache;
 use super::{emit, human_bytes, json_text, round3, table, CliError, CliResult, FormatArg};
 
 pub const LONG_ABOUT: &str = "\
@@ -233,7 +230,7 @@ pub fn run(a: &Args) -> CliResult {
     let (file, generated) = match &a.file {
         Some(f) => (f.clone(), false),
         None => (
-            default_model(a.format.map_or(Format::Gguf, Into::into))?,
+            cache::default_model(a.format.map_or(Format::Gguf, Into::into))?,
             true,
         ),
     };
@@ -576,69 +573,6 @@ fn warm_page_cache(file: &Path) -> CliResult<Duration> {
         }
     }
     Ok(t0.elapsed())
-}
-
-/// The default model for `format`, generated into the cache if missing or
-/// of the wrong size.
-fn default_model(format: Format) -> CliResult<PathBuf> {
-    let spec = GenSpec {
-        format,
-        ..GenSpec::default()
-    };
-    let key = Sha256::digest(format!("weightmap gen v{GENERATOR_VERSION} {spec:?}").as_bytes());
-    let ext = match format {
-        Format::Gguf => "gguf",
-        Format::Safetensors => "safetensors",
-    };
-    let dir = cache_dir()?;
-    let path = dir.join(format!("default-{}.{ext}", &hex(&key)[..16]));
-    let shown = std::path::absolute(&path).unwrap_or_else(|_| path.clone());
-    let plan = gen::plan(&spec)?;
-    match std::fs::metadata(&path) {
-        Ok(m) if m.is_file() && m.len() == plan.file_size => {
-            eprintln!("bench: using the cached default model {}", shown.display());
-        }
-        _ => {
-            eprintln!(
-                "bench: generating the default model ({} of tensors) at {}",
-                human_bytes(plan.tensor_bytes),
-                shown.display()
-            );
-            generate_with_progress(&spec, &path, "bench: generating")?;
-        }
-    }
-    Ok(path)
-}
-
-/// `$WEIGHTMAP_CACHE`, else `target/weightmap-cache` if writable, else
-/// `<temp>/weightmap-cache`; created if missing.
-fn cache_dir() -> CliResult<PathBuf> {
-    let create = |d: &Path| {
-        std::fs::create_dir_all(d)
-            .map_err(|e| CliError::msg(format!("creating cache directory {}: {e}", d.display())))
-    };
-    if let Some(d) = std::env::var_os("WEIGHTMAP_CACHE").filter(|d| !d.is_empty()) {
-        let d = PathBuf::from(d);
-        create(&d)?;
-        return Ok(d);
-    }
-    let local = Path::new("target").join("weightmap-cache");
-    if writable(&local) {
-        return Ok(local);
-    }
-    let tmp = std::env::temp_dir().join("weightmap-cache");
-    create(&tmp)?;
-    Ok(tmp)
-}
-
-fn writable(dir: &Path) -> bool {
-    if std::fs::create_dir_all(dir).is_err() {
-        return false;
-    }
-    let probe = dir.join(format!(".probe-{}", std::process::id()));
-    let ok = File::create(&probe).is_ok();
-    let _ = std::fs::remove_file(&probe);
-    ok
 }
 
 #[cfg(test)]

@@ -7,15 +7,21 @@ use std::path::{Path, PathBuf};
 use weightmap::gen::{self, GenSpec};
 use weightmap::TensorType;
 
-use super::{emit, human_bytes, CliResult, FormatArg};
+use super::{emit, human_bytes, CliError, CliResult, FormatArg};
 
 /// Arguments of `gen`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Where to write the model (written to OUT.tmp, then renamed).
+    /// Where to write the model: absent or a regular file (a device, FIFO or
+    /// directory is refused). Written under a unique temporary name next to
+    /// it, then renamed over it; removed on error, SIGINT or SIGTERM.
     out: PathBuf,
     /// Target total tensor bytes: a number, optionally with K, M, G, T
-    /// (binary: KiB, MiB, ...) or KB, MB, GB, TB (decimal). [default: 512M]
+    /// (binary: KiB, MiB, ...) or KB, MB, GB, TB (decimal). It must be at
+    /// least the smallest model for --tensors, --vocab and --types
+    /// (embedding and feed-forward length 256): 107.9 MiB with the defaults,
+    /// 1.6 MiB for --tensors 20 --vocab 1000; a smaller size is an error
+    /// that names the minimum. [default: 512M]
     #[arg(long, value_parser = parse_size)]
     size: Option<u64>,
     /// Number of tensors. [default: 300]
@@ -51,6 +57,16 @@ pub fn run(a: &Args) -> CliResult {
         alignment: a.alignment.unwrap_or(d.alignment),
         seed: a.seed.unwrap_or(d.seed),
     };
+    let min = gen::minimum_size(&spec)?;
+    if spec.size < min {
+        return Err(CliError::msg(format!(
+            "--size {} is below the smallest model for {} tensors and a {}-token vocabulary: {}",
+            spec.size,
+            spec.tensors,
+            spec.vocab,
+            human_bytes(min)
+        )));
+    }
     let plan = generate_with_progress(&spec, &a.out, "gen")?;
     emit(&format!(
         "wrote {}: {}, {} tensors, {} of tensor data, file {}\n",
@@ -84,7 +100,7 @@ pub fn generate_with_progress(spec: &GenSpec, out: &Path, label: &str) -> CliRes
             );
         }
     };
-    let result = gen::generate(spec, out, &mut progress);
+    let result = gen::generate_until(spec, out, &mut progress, super::signals::stop_flag());
     if tty {
         let _ = writeln!(std::io::stderr());
     }

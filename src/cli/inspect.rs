@@ -6,7 +6,12 @@ use serde_json::{json, Value as Json};
 use weightmap::gguf::Value;
 use weightmap::{Header, WeightsHeader};
 
-use super::{emit, human_bytes, json_text, table, CliResult};
+use std::io::Write;
+
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
+
+use super::{emit, escape, human_bytes, table, CliError, CliResult};
 
 /// Arguments of `inspect`.
 #[derive(Debug, clap::Args)]
@@ -28,12 +33,135 @@ const MAX_TEXT: usize = 80;
 
 pub fn run(a: &Args) -> CliResult {
     let wh = WeightsHeader::read(&a.file)?;
-    let out = if a.json {
-        json_text(&to_json(&wh, a.full))
-    } else {
-        to_text(&wh, a)
-    };
-    emit(&out)
+    if a.json {
+        return write_json(&wh, a.full);
+    }
+    emit(&to_text(&wh, a))
+}
+
+/// The JSON document, serialized straight to stdout as it is walked: memory
+/// stays O(1) beyond the header, whatever the tensor count or value sizes.
+fn write_json(wh: &WeightsHeader, full: bool) -> CliResult {
+    let stdout = std::io::stdout().lock();
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout);
+    let mut ser = serde_json::Serializer::pretty(&mut out);
+    let result = Doc { wh, full }
+        .serialize(&mut ser)
+        .map_err(std::io::Error::from)
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush());
+    result.map_err(|e| match e.kind() {
+        std::io::ErrorKind::BrokenPipe => CliError::BrokenPipe,
+        _ => CliError::msg(format!("writing to stdout: {e}")),
+    })
+}
+
+/// `inspect --json`'s document.
+struct Doc<'a> {
+    wh: &'a WeightsHeader,
+    full: bool,
+}
+
+impl Serialize for Doc<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let h = self.wh.header();
+        let mut m = s.serialize_map(Some(7))?;
+        m.serialize_entry("format", h.format().name())?;
+        m.serialize_entry("version", &version(h))?;
+        m.serialize_entry("alignment", &h.file_alignment())?;
+        m.serialize_entry("data_offset", &h.data_offset())?;
+        m.serialize_entry("file_size", &h.file_len())?;
+        m.serialize_entry("metadata", &MetaSer(self.wh, self.full))?;
+        m.serialize_entry("tensors", &TensorsSer(h.tensors()))?;
+        m.end()
+    }
+}
+
+/// The metadata map, in file order.
+struct MetaSer<'a>(&'a WeightsHeader, bool);
+
+impl Serialize for MetaSer<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match (
+            self.0.gguf_metadata(),
+            self.0.header().safetensors_metadata(),
+        ) {
+            (Some(md), _) => {
+                let mut m = s.serialize_map(Some(md.len()))?;
+                for (k, v) in md.iter() {
+                    m.serialize_entry(k, &ValueSer(&v, self.1))?;
+                }
+                m.end()
+            }
+            (None, Some(map)) => map.serialize(s),
+            (None, None) => s.serialize_map(Some(0))?.end(),
+        }
+    }
+}
+
+/// One metadata value: numbers, strings (borrowed from the file when valid
+/// UTF-8), arrays as a summary plus, with `--full`, every element.
+struct ValueSer<'a, 'v>(&'a Value<'v>, bool);
+
+impl Serialize for ValueSer<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::String(x) => s.serialize_str(&x.to_string_lossy()),
+            Value::Array(arr) => {
+                let mut m = s.serialize_map(None)?;
+                m.serialize_entry("type", "array")?;
+                m.serialize_entry("elem_type", arr.elem_type().name())?;
+                m.serialize_entry("len", &arr.len())?;
+                if self.1 {
+                    m.serialize_entry("values", &ArraySer(arr, self.1))?;
+                }
+                m.end()
+            }
+            other => value_json(other, self.1).serialize(s),
+        }
+    }
+}
+
+/// Every element of an array, one at a time.
+struct ArraySer<'a, 'v>(&'a weightmap::gguf::Array<'v>, bool);
+
+impl Serialize for ArraySer<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut q = s.serialize_seq(None)?;
+        for e in self.0.iter() {
+            q.serialize_element(&ValueSer(&e, self.1))?;
+        }
+        q.end()
+    }
+}
+
+/// The tensor table, one entry at a time.
+struct TensorsSer<'a>(&'a [weightmap::TensorInfo]);
+
+impl Serialize for TensorsSer<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut q = s.serialize_seq(Some(self.0.len()))?;
+        for t in self.0 {
+            q.serialize_element(&TensorSer(t))?;
+        }
+        q.end()
+    }
+}
+
+struct TensorSer<'a>(&'a weightmap::TensorInfo);
+
+impl Serialize for TensorSer<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let t = self.0;
+        let mut m = s.serialize_map(Some(6))?;
+        m.serialize_entry("name", &t.name)?;
+        m.serialize_entry("type", t.ty.name())?;
+        m.serialize_entry("type_id", &t.ty.ggml_id())?;
+        m.serialize_entry("shape", &t.shape)?;
+        m.serialize_entry("offset", &t.file_offset)?;
+        m.serialize_entry("nbytes", &t.nbytes)?;
+        m.end()
+    }
 }
 
 fn version(h: &Header) -> Option<u32> {
@@ -80,55 +208,20 @@ fn value_json(v: &Value<'_>, full: bool) -> Json {
     }
 }
 
-fn metadata_json(wh: &WeightsHeader, full: bool) -> Json {
-    match (wh.gguf_metadata(), wh.header().safetensors_metadata()) {
-        // File order (serde_json's `preserve_order`).
-        (Some(md), _) => Json::Object(
-            md.iter()
-                .map(|(k, v)| (k.to_owned(), value_json(&v, full)))
-                .collect(),
-        ),
-        (None, Some(map)) => json!(map),
-        (None, None) => json!({}),
-    }
-}
-
-fn to_json(wh: &WeightsHeader, full: bool) -> Json {
-    let h = wh.header();
-    let tensors: Vec<Json> = h
-        .tensors()
-        .iter()
-        .map(|t| {
-            json!({
-                "name": t.name,
-                "type": t.ty.name(),
-                "type_id": t.ty.ggml_id(),
-                "shape": t.shape,
-                "offset": t.file_offset,
-                "nbytes": t.nbytes,
-            })
-        })
-        .collect();
-    json!({
-        "format": h.format().name(),
-        "version": version(h),
-        "alignment": h.file_alignment(),
-        "data_offset": h.data_offset(),
-        "file_size": h.file_len(),
-        "metadata": metadata_json(wh, full),
-        "tensors": tensors,
-    })
-}
-
 /// A string for a terminal: quoted and escaped (no control characters
 /// reach the screen), cut short unless `full`.
 fn quote(s: &str, full: bool) -> String {
     let n = s.chars().count();
     if full || n <= MAX_TEXT {
-        Json::from(s).to_string()
+        // JSON quoting escapes C0; `escape` catches DEL, C1 and bidi controls.
+        escape(&Json::from(s).to_string()).into_owned()
     } else {
         let cut: String = s.chars().take(MAX_TEXT).collect();
-        format!("{}… ({} bytes)", Json::from(cut), s.len())
+        format!(
+            "{}… ({} bytes)",
+            escape(&Json::from(cut).to_string()),
+            s.len()
+        )
     }
 }
 
@@ -162,7 +255,10 @@ fn to_text(wh: &WeightsHeader, a: &Args) -> String {
     let version = version(h).map_or_else(String::new, |v| format!(" (version {v})"));
     out.push_str(&table(
         &[
-            vec!["file:".into(), a.file.display().to_string()],
+            vec![
+                "file:".into(),
+                escape(&a.file.display().to_string()).into_owned(),
+            ],
             vec!["format:".into(), format!("{}{version}", h.format().name())],
             vec!["alignment:".into(), h.file_alignment().to_string()],
             vec!["data offset:".into(), h.data_offset().to_string()],
@@ -175,11 +271,15 @@ fn to_text(wh: &WeightsHeader, a: &Args) -> String {
     if let Some(md) = wh.gguf_metadata() {
         for (k, v) in md.iter() {
             let (ty, val) = value_text(&v, a.full);
-            rows.push(vec![k.to_owned(), ty, val]);
+            rows.push(vec![escape(k).into_owned(), ty, val]);
         }
     } else if let Some(map) = h.safetensors_metadata() {
         for (k, v) in map {
-            rows.push(vec![k.clone(), "string".into(), quote(v, a.full)]);
+            rows.push(vec![
+                escape(k).into_owned(),
+                "string".into(),
+                quote(v, a.full),
+            ]);
         }
     }
     out.push_str(&format!("\nmetadata ({} keys):\n", rows.len()));
@@ -202,7 +302,7 @@ fn to_text(wh: &WeightsHeader, a: &Args) -> String {
         total = total.saturating_add(t.nbytes);
         let shape: Vec<String> = t.shape.iter().map(u64::to_string).collect();
         rows.push(vec![
-            t.name.clone(),
+            escape(&t.name).into_owned(),
             t.ty.name().into(),
             format!("[{}]", shape.join(", ")),
             t.file_offset.to_string(),

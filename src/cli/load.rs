@@ -167,6 +167,9 @@ pub fn run(a: &Args) -> CliResult {
     let weights = unsafe { Weights::load(&a.file, &opts)? };
     let mem = MemStatus::read();
     let r = weights.report();
+    // From here on tensor bytes are read: a file truncated underneath is a
+    // one-line error, not a silent SIGBUS.
+    let _sigbus = super::sigbus::guard(&a.file);
     let touched = if a.touch {
         let t0 = Instant::now();
         touch_all(&weights)?;
@@ -271,7 +274,7 @@ pub fn run(a: &Args) -> CliResult {
                             .copied
                             .iter()
                             .take(8)
-                            .map(|c| format!("{} ({})", c.name, c.reason))
+                            .map(|c| format!("{} ({})", super::escape(&c.name), c.reason))
                             .collect();
                         if r.copied.len() > 8 {
                             v.push(format!("and {} more", r.copied.len() - 8));
@@ -325,7 +328,7 @@ pub fn run(a: &Args) -> CliResult {
             out.push_str("\nsha256 of each tensor's bytes:\n");
             let rows: Vec<Vec<String>> = hashes
                 .into_iter()
-                .map(|(n, h, p)| vec![h, p.to_owned(), n])
+                .map(|(n, h, p)| vec![h, p.to_owned(), super::escape(&n).into_owned()])
                 .collect();
             out.push_str(&table(&rows, 3, "  "));
         }

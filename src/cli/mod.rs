@@ -3,13 +3,17 @@
 
 mod baseline;
 mod bench;
+mod cache;
 mod gen;
 mod inspect;
 mod load;
 mod proc_status;
+mod sigbus;
+mod signals;
 mod touch;
 mod validate;
 
+use std::borrow::Cow;
 use std::fmt;
 use std::io::{self, Write};
 use std::process::ExitCode;
@@ -67,8 +71,9 @@ pub fn main() -> ExitCode {
         // The reader went away (`weightmap inspect big.gguf | head`): not a failure.
         Err(CliError::BrokenPipe) => ExitCode::SUCCESS,
         Err(CliError::Msg(m)) => {
-            let one_line = m.replace(['\n', '\r'], " ");
-            let _ = writeln!(io::stderr(), "error: {one_line}");
+            // One line, and nothing from the file (a tensor name, a key)
+            // can drive the terminal.
+            let _ = writeln!(io::stderr(), "error: {}", escape(&m));
             ExitCode::FAILURE
         }
     }
@@ -108,6 +113,34 @@ pub fn emit(text: &str) -> CliResult {
             io::ErrorKind::BrokenPipe => CliError::BrokenPipe,
             _ => CliError::msg(format!("writing to stdout: {e}")),
         })
+}
+
+/// `s` safe to print on a terminal: control characters (C0 including
+/// newline, DEL, C1) and the bidirectional overrides and isolates, which
+/// could move the cursor, retitle the window (`ESC ]0;…BEL`) or reorder
+/// text, are shown as escapes: `\n`, `\r`, `\t`, `\0`, `\e`, else `\u{..}`.
+/// A backslash is doubled only when something is escaped, so plain names
+/// print unchanged. JSON output needs none of this: serde_json escapes.
+pub fn escape(s: &str) -> Cow<'_, str> {
+    let bad =
+        |c: char| c.is_control() || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}');
+    if !s.chars().any(bad) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\0' => out.push_str("\\0"),
+            '\u{1b}' => out.push_str("\\e"),
+            '\\' => out.push_str("\\\\"),
+            c if bad(c) => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// `v` rounded to 3 decimals as JSON: `null` when not finite.
@@ -225,6 +258,18 @@ mod tests {
         assert_eq!(back["z"].as_u64(), Some(u64::MAX));
         assert!(back["a"].is_null());
         assert_eq!(back["m"].as_f64(), Some(0.123));
+    }
+
+    #[test]
+    fn escape_neutralises_terminal_controls() {
+        assert_eq!(escape("blk.0.attn_q.weight"), "blk.0.attn_q.weight");
+        assert_eq!(escape("a\\b"), "a\\b", "plain text is unchanged");
+        assert_eq!(
+            escape("\u{1b}]0;pwned\u{7}x\0\n\\"),
+            "\\e]0;pwned\\u{7}x\\0\\n\\\\"
+        );
+        assert_eq!(escape("\u{202e}abc\u{9b}"), "\\u{202e}abc\\u{9b}");
+        assert!(!escape("\u{1b}[2J\u{7f}").chars().any(char::is_control));
     }
 
     #[test]

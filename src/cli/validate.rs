@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use weightmap::{LoadOptions, WeightsHeader};
 
-use super::{emit, CliResult};
+use super::{emit, escape, CliResult};
 
 /// Arguments of `validate`.
 #[derive(Debug, clap::Args)]
@@ -33,7 +33,8 @@ pub fn run(a: &Args) -> CliResult {
         out.push_str(&format!(
             "note: tensor '{}' at file offset {} is not aligned to {need}: \
              a mapped load would fall back to the stream path\n",
-            t.name, t.file_offset
+            escape(&t.name),
+            t.file_offset
         ));
     }
     emit(&out)

@@ -3,6 +3,7 @@
 
 use super::metadata::{KvEntry, Metadata, ValueType};
 use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, MAX_NAME_LEN};
+use crate::alloc;
 use crate::error::{Error, Result};
 use crate::tensor::{check_overlap, TensorInfo, TensorTable};
 use crate::types::TensorType;
@@ -242,13 +243,17 @@ fn parse_inner(cur: &mut Cursor<'_>) -> PResult<GgufHeader> {
     }
 
     // ---- key/value pairs ----
-    let mut kvs: Vec<KvEntry> = Vec::with_capacity((n_kv as usize).min(INITIAL_TABLE_CAP));
+    let mut kvs: Vec<KvEntry> = alloc::with_capacity(
+        (n_kv as usize).min(INITIAL_TABLE_CAP),
+        "the key/value table",
+    )?;
     for i in 0..n_kv {
-        kvs.push(parse_kv(cur, i)?);
+        let kv = parse_kv(cur, i)?;
+        alloc::push(&mut kvs, kv, "the key/value table")?;
     }
     let kv_sorted = sorted_index(kvs.len(), |a, b| {
         cur.b[kvs[a].key.clone()].cmp(&cur.b[kvs[b].key.clone()])
-    });
+    })?;
     for w in kv_sorted.windows(2) {
         let (a, b) = (&kvs[w[0] as usize], &kvs[w[1] as usize]);
         if cur.b[a.key.clone()] == cur.b[b.key.clone()] {
@@ -281,10 +286,13 @@ fn parse_inner(cur: &mut Cursor<'_>) -> PResult<GgufHeader> {
     }
 
     // ---- tensor descriptors ----
-    let mut tensors: Vec<TensorInfo> =
-        Vec::with_capacity((n_tensors as usize).min(INITIAL_TABLE_CAP));
+    let mut tensors: Vec<TensorInfo> = alloc::with_capacity(
+        (n_tensors as usize).min(INITIAL_TABLE_CAP),
+        "the tensor table",
+    )?;
     for i in 0..n_tensors {
-        tensors.push(parse_tensor(cur, i, alignment)?);
+        let t = parse_tensor(cur, i, alignment)?;
+        alloc::push(&mut tensors, t, "the tensor table")?;
     }
     let header_len = cur.pos as u64;
     let data_offset = align_up(header_len, alignment).ok_or(Error::TensorSizeOverflow {
@@ -329,10 +337,13 @@ fn parse_inner(cur: &mut Cursor<'_>) -> PResult<GgufHeader> {
 
 /// Indices `0..n` sorted by `cmp`, as u32 (tables are bounded by the file size,
 /// and a file with 2^32 entries would be larger than any index needs).
-fn sorted_index(n: usize, cmp: impl Fn(usize, usize) -> std::cmp::Ordering) -> Vec<u32> {
-    let mut idx: Vec<u32> = (0..n as u32).collect();
+fn sorted_index(
+    n: usize,
+    cmp: impl Fn(usize, usize) -> std::cmp::Ordering,
+) -> crate::Result<Vec<u32>> {
+    let mut idx = alloc::index(n, "the key index")?;
     idx.sort_unstable_by(|&a, &b| cmp(a as usize, b as usize));
-    idx
+    Ok(idx)
 }
 
 fn overflow(name: &str, what: &'static str) -> Error {

@@ -80,6 +80,21 @@ fn put_str(out: &mut Vec<u8>, s: &[u8]) {
     out.extend_from_slice(s);
 }
 
+/// The largest chunk [`Writer::write_with`] asks a deferred tensor's bytes
+/// in: 4 MiB.
+pub const CHUNK: usize = 4 << 20;
+
+/// Write `n` zero bytes, a bounded buffer at a time.
+fn write_zeros<W: Write>(out: &mut W, mut n: u64) -> io::Result<()> {
+    const ZEROS: [u8; 4096] = [0; 4096];
+    while n > 0 {
+        let k = n.min(ZEROS.len() as u64) as usize;
+        out.write_all(&ZEROS[..k])?;
+        n -= k as u64;
+    }
+    Ok(())
+}
+
 struct PendingTensor {
     name: String,
     ty: TensorType,
@@ -238,36 +253,66 @@ impl Writer {
         (h, offsets)
     }
 
-    /// Write the file. `fill(i, buf)` is called for each deferred tensor `i`
-    /// (insertion index) with a zeroed buffer of its size to fill.
+    /// Write the file. `fill(i, chunk)` is called for each deferred tensor
+    /// `i` (insertion index) with its bytes in order, as consecutive zeroed
+    /// chunks of at most [`CHUNK`] bytes (each but the last exactly
+    /// [`CHUNK`]), so memory use does not grow with tensor size.
     ///
     /// # Errors
     /// Whatever `out` returns.
     pub fn write_with<W: Write>(
         &self,
-        mut out: W,
+        out: W,
         mut fill: impl FnMut(usize, &mut [u8]),
+    ) -> io::Result<()> {
+        self.try_write_with(out, |i, buf| {
+            fill(i, buf);
+            Ok(())
+        })
+    }
+
+    /// [`Writer::write_with`] with a `fill` that can fail (or stop the
+    /// write): its first error is returned.
+    ///
+    /// # Errors
+    /// Whatever `out` or `fill` returns.
+    pub fn try_write_with<W: Write>(
+        &self,
+        mut out: W,
+        mut fill: impl FnMut(usize, &mut [u8]) -> io::Result<()>,
     ) -> io::Result<()> {
         let (header, offsets) = self.header_bytes();
         out.write_all(&header)?;
         let mut pos = 0u64;
-        let mut scratch = Vec::new();
+        let longest = self
+            .tensors
+            .iter()
+            .filter(|t| t.data.is_none())
+            .map(|t| t.nbytes)
+            .max()
+            .unwrap_or(0);
+        let mut scratch = vec![0u8; usize::try_from(longest).unwrap_or(CHUNK).min(CHUNK)];
         for (i, t) in self.tensors.iter().enumerate() {
-            let zeros = (offsets[i] - pos) as usize;
-            out.write_all(&vec![0u8; zeros])?;
+            write_zeros(&mut out, offsets[i] - pos)?;
             match &t.data {
                 Some(d) => out.write_all(d)?,
                 None => {
-                    scratch.clear();
-                    scratch.resize(t.nbytes as usize, 0);
-                    fill(i, &mut scratch);
-                    out.write_all(&scratch)?;
+                    let mut left = t.nbytes;
+                    while left > 0 {
+                        // At most CHUNK, which fits usize.
+                        let n = left.min(scratch.len() as u64) as usize;
+                        let buf = &mut scratch[..n];
+                        buf.fill(0);
+                        fill(i, buf)?;
+                        out.write_all(buf)?;
+                        left -= n as u64;
+                    }
                 }
             }
             pos = offsets[i] + t.nbytes;
         }
         let end = Self::pad(pos, self.alignment);
-        out.write_all(&vec![0u8; (end - pos) as usize])?;
+        write_zeros(&mut out, end - pos)?;
         out.flush()
     }
 

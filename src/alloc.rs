@@ -1,0 +1,42 @@
+//! Allocations whose size a file decides: fallible, so that a hostile or
+//! huge file is [`Error::OutOfMemory`], never an abort.
+
+use crate::error::{Error, Result};
+
+/// [`Error::OutOfMemory`] for `n` elements of `T` needed for `what`.
+fn oom<T>(what: &'static str, n: usize) -> Error {
+    Error::OutOfMemory {
+        what,
+        bytes: (n as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+    }
+}
+
+/// An empty vector with room for `n` elements.
+pub(crate) fn with_capacity<T>(n: usize, what: &'static str) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| oom::<T>(what, n))?;
+    Ok(v)
+}
+
+/// Make room in `v` for `more` elements.
+pub(crate) fn reserve<T>(v: &mut Vec<T>, more: usize, what: &'static str) -> Result<()> {
+    v.try_reserve(more)
+        .map_err(|_| oom::<T>(what, v.len().saturating_add(more)))
+}
+
+/// Push `x`, growing `v` (geometrically) without aborting.
+pub(crate) fn push<T>(v: &mut Vec<T>, x: T, what: &'static str) -> Result<()> {
+    if v.len() == v.capacity() {
+        reserve(v, v.len().max(16), what)?;
+    }
+    v.push(x);
+    Ok(())
+}
+
+/// `0..n` as u32 indices (tables are bounded by the file size, far below 2^32
+/// entries for any file an index is built for).
+pub(crate) fn index(n: usize, what: &'static str) -> Result<Vec<u32>> {
+    let mut v = with_capacity(n, what)?;
+    v.extend(0..n as u32);
+    Ok(v)
+}

@@ -1,0 +1,268 @@
+//! bench's model cache: the default synthetic model, generated once and
+//! reused while its bytes match the digest recorded when it was written.
+//!
+//! * **Where.** `$WEIGHTMAP_CACHE`, else `target/weightmap-cache` under the
+//!   current directory, else `$XDG_CACHE_HOME/weightmap` or
+//!   `~/.cache/weightmap`, else `<temp>/weightmap-cache-<uid>`. Whichever it
+//!   is, it must be a real directory (not a symlink) owned by this user; the
+//!   temporary-directory fallback must also be private (mode 0700, as it is
+//!   created), so another user cannot plant files or links in it.
+//! * **How.** The model is written by [`weightmap::gen`] under a unique
+//!   temporary name and renamed into place; then a sidecar `MODEL.sha256`
+//!   (`sha256sum` format) is written the same way. Two benches racing on an
+//!   empty cache each generate and rename; the generator is deterministic,
+//!   so both renames leave the same bytes.
+//! * **Reuse.** Only if the sidecar exists and the file's sha256 matches it;
+//!   anything else (missing, truncated, corrupted) is regenerated.
+
+use std::fs::{self, DirBuilder, File};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use weightmap::gen::{GenSpec, GENERATOR_VERSION};
+use weightmap::outfile::OutFile;
+use weightmap::Format;
+
+use super::gen::generate_with_progress;
+use super::load::hex;
+use super::{human_bytes, CliError, CliResult};
+
+/// The default model for `format`, generated into the cache if missing or
+/// if its bytes do not match its recorded digest.
+pub fn default_model(format: Format) -> CliResult<PathBuf> {
+    let spec = GenSpec {
+        format,
+        ..GenSpec::default()
+    };
+    cached_model(&spec, &cache_dir()?)
+}
+
+/// The model `spec` describes, in `dir`: reused if its digest matches,
+/// else generated.
+fn cached_model(spec: &GenSpec, dir: &Path) -> CliResult<PathBuf> {
+    let key = Sha256::digest(format!("weightmap gen v{GENERATOR_VERSION} {spec:?}").as_bytes());
+    let ext = match spec.format {
+        Format::Gguf => "gguf",
+        Format::Safetensors => "safetensors",
+    };
+    let name = format!("default-{}.{ext}", &hex(&key)[..16]);
+    let path = dir.join(&name);
+    let sidecar = dir.join(format!("{name}.sha256"));
+    let shown = std::path::absolute(&path).unwrap_or_else(|_| path.clone());
+    match verify(&path, &sidecar) {
+        Ok(true) => {
+            eprintln!("bench: using the cached default model {}", shown.display());
+            return Ok(path);
+        }
+        Ok(false) => {}
+        Err(CliError::Msg(e)) => eprintln!("bench: not reusing {}: {e}", shown.display()),
+        Err(e) => return Err(e),
+    }
+    let plan = weightmap::gen::plan(spec)?;
+    eprintln!(
+        "bench: generating the default model ({} of tensors) at {}",
+        human_bytes(plan.tensor_bytes),
+        shown.display()
+    );
+    generate_with_progress(spec, &path, "bench: generating")?;
+    let digest = sha256_file(&path)?;
+    let out = OutFile::create(&sidecar)?;
+    out.file()
+        .write_all(format!("{digest}  {name}\n").as_bytes())
+        .map_err(|e| CliError::msg(format!("write {}: {e}", sidecar.display())))?;
+    out.commit()?;
+    Ok(path)
+}
+
+/// Whether `path` is a regular file whose sha256 is the one `sidecar`
+/// records. `Ok(false)` when either is missing.
+fn verify(path: &Path, sidecar: &Path) -> CliResult<bool> {
+    let recorded = match fs::read_to_string(sidecar) {
+        Ok(s) => s,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(CliError::msg(format!("read {}: {e}", sidecar.display()))),
+    };
+    let Some(want) = recorded.split_whitespace().next() else {
+        return Ok(false);
+    };
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => return Ok(false),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(CliError::msg(format!("stat {}: {e}", path.display()))),
+    }
+    let got = sha256_file(path)?;
+    if got != want {
+        eprintln!(
+            "bench: {} does not match its recorded sha256; regenerating",
+            path.display()
+        );
+        return Ok(false);
+    }
+    Ok(true)
+}
+
+/// The file's sha256, as lowercase hex.
+fn sha256_file(path: &Path) -> CliResult<String> {
+    let err = |e: io::Error| CliError::msg(format!("read {}: {e}", path.display()));
+    let mut f = File::open(path).map_err(err)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => h.update(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(err(e)),
+        }
+    }
+    Ok(hex(&h.finalize()))
+}
+
+/// The cache directory (see the module docs), created if missing.
+pub fn cache_dir() -> CliResult<PathBuf> {
+    if let Some(d) = std::env::var_os("WEIGHTMAP_CACHE").filter(|d| !d.is_empty()) {
+        let d = PathBuf::from(d);
+        return owned_dir(&d, false).map(|()| d);
+    }
+    let local = Path::new("target").join("weightmap-cache");
+    if writable(&local) {
+        return Ok(local);
+    }
+    let user = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|d| !d.is_empty())
+                .map(|h| PathBuf::from(h).join(".cache"))
+        })
+        .map(|d| d.join("weightmap"));
+    if let Some(d) = user.filter(|d| writable(d)) {
+        return Ok(d);
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let tmp = std::env::temp_dir().join(format!("weightmap-cache-{uid}"));
+    owned_dir(&tmp, true).map(|()| tmp)
+}
+
+/// Create `dir` (mode 0700) if missing, then check that it is a directory,
+/// not a symlink, owned by this user, and (when `private`) not accessible
+/// to group or others.
+fn owned_dir(dir: &Path, private: bool) -> CliResult<()> {
+    match DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) => {
+            return Err(CliError::msg(format!(
+                "creating cache directory {}: {e}",
+                dir.display()
+            )))
+        }
+    }
+    let m = fs::symlink_metadata(dir)
+        .map_err(|e| CliError::msg(format!("stat {}: {e}", dir.display())))?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let refuse = |why: &str| {
+        Err(CliError::msg(format!(
+            "cache directory {} {why}; set WEIGHTMAP_CACHE to a directory of your own",
+            dir.display()
+        )))
+    };
+    if !m.is_dir() {
+        return refuse("is not a directory (or is a symlink)");
+    }
+    if m.uid() != uid {
+        return refuse(&format!("is owned by uid {}, not {uid}", m.uid()));
+    }
+    if private && m.mode() & 0o077 != 0 {
+        return refuse(&format!("has mode {:o}, not 0700", m.mode() & 0o777));
+    }
+    Ok(())
+}
+
+/// Whether `dir` is (or can be made) a directory of this user's that it
+/// can create files in.
+fn writable(dir: &Path) -> bool {
+    if owned_dir(dir, false).is_err() {
+        return false;
+    }
+    OutFile::create(&dir.join(".probe")).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weightmap::TensorType;
+
+    fn small() -> GenSpec {
+        GenSpec {
+            size: 1 << 20,
+            tensors: 12,
+            vocab: 300,
+            types: vec![TensorType::F32, TensorType::Q8_0],
+            ..GenSpec::default()
+        }
+    }
+
+    #[test]
+    fn two_racing_benches_on_an_empty_cache_both_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = small();
+        let d = dir.path().to_owned();
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let (spec, d) = (spec.clone(), d.clone());
+                std::thread::spawn(move || cached_model(&spec, &d).map_err(|e| format!("{e:?}")))
+            })
+            .collect();
+        let paths: Vec<PathBuf> = threads
+            .into_iter()
+            .map(|t| t.join().unwrap().unwrap())
+            .collect();
+        assert_eq!(paths[0], paths[1]);
+        let sidecar = format!("{}.sha256", paths[0].display());
+        assert!(verify(&paths[0], Path::new(&sidecar)).unwrap());
+        let names: Vec<_> = fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 2, "the model and its digest only: {names:?}");
+    }
+
+    #[test]
+    fn a_corrupted_cache_file_is_regenerated() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = small();
+        let path = cached_model(&spec, dir.path()).unwrap();
+        let good = fs::read(&path).unwrap();
+        let mut bad = good.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 0x55; // same size, different bytes
+        fs::write(&path, &bad).unwrap();
+        let sidecar = PathBuf::from(format!("{}.sha256", path.display()));
+        assert!(!verify(&path, &sidecar).unwrap());
+        assert_eq!(cached_model(&spec, dir.path()).unwrap(), path);
+        assert_eq!(fs::read(&path).unwrap(), good);
+        // A missing digest is not trusted either.
+        fs::remove_file(&sidecar).unwrap();
+        assert!(!verify(&path, &sidecar).unwrap());
+    }
+
+    #[test]
+    fn a_shared_or_foreign_directory_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let open = dir.path().join("open");
+        fs::create_dir(&open).unwrap();
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(owned_dir(&open, true).is_err());
+        assert!(owned_dir(&open, false).is_ok());
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&open, &link).unwrap();
+        assert!(owned_dir(&link, false).is_err(), "a symlink is refused");
+    }
+}
