@@ -397,6 +397,62 @@ fn load_misaligned_file_copies_only_what_it_must() {
 }
 
 #[test]
+fn hybrid_load_grows_anonymous_memory_by_the_copied_bytes_only() {
+    // general.alignment = 8: four 8 MiB tensors, each 8 bytes further along
+    // than the last (an 8-byte spacer between them), so their addresses
+    // take all four residues mod 32 and exactly one is 32-aligned.
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = weightmap::gguf::write::Writer::new(8);
+    let big = 8 << 20;
+    for i in 0..4 {
+        w.tensor(
+            &format!("big.{i}"),
+            weightmap::TensorType::F32,
+            &[big / 4],
+            vec![i as u8 + 1; big as usize],
+        );
+        w.tensor(
+            &format!("spacer.{i}"),
+            weightmap::TensorType::F32,
+            &[2],
+            vec![9; 8],
+        );
+    }
+    let f = dir.path().join("a8.gguf");
+    std::fs::write(&f, w.to_bytes()).unwrap();
+    let v = load_json(&f, "mmap", &["--prefetch", "off"]);
+    assert_eq!(v["mode_used"], "mmap");
+    let copied = v["bytes_copied"].as_u64().unwrap();
+    let mapped = v["bytes_mapped"].as_u64().unwrap();
+    let names: Vec<&str> = v["copied"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names.iter().filter(|n| n.starts_with("big.")).count(),
+        3,
+        "{names:?}"
+    );
+    assert!(mapped >= big && copied >= 3 * big, "{v}");
+    if cfg!(target_os = "linux") {
+        // The copies are owned memory (prefaulted as they are filled); the
+        // mapped tensor costs nothing anonymous until touched, and then only
+        // file-backed pages.
+        let anon = v["rss_anon_kib"].as_u64().unwrap() * 1024;
+        assert!(anon >= copied, "RssAnon {anon} < copied {copied}");
+        assert!(
+            anon < copied + (4 << 20),
+            "RssAnon {anon} vs copied {copied}"
+        );
+    }
+    let stream = load_json(&f, "stream", &["--hashes"]);
+    let mmap = load_json(&f, "mmap", &["--hashes"]);
+    assert_eq!(hashes(&mmap), hashes(&stream));
+}
+
+#[test]
 fn load_touch_and_evict_report_ready_time_faults_and_residency() {
     // Under the target directory, on a disk filesystem (eviction cannot
     // drop the pages of a RAM filesystem).

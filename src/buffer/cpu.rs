@@ -359,3 +359,35 @@ impl Buffer for MappedBuffer {
         Err(self.read_only())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_mapped_buffer_refuses_every_write() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(&[7u8; 4096]).unwrap();
+        // SAFETY: the temporary file is not changed while mapped.
+        let map = Arc::new(unsafe { Mapping::map(f.as_file()) }.unwrap());
+        let region = HostRegion::new(Arc::clone(&map), 64, 1024).unwrap();
+        assert!(HostRegion::new(Arc::clone(&map), 4000, 200).is_err());
+        let mut b = CpuBufferType::new()
+            .buffer_from_host_ptr(region, 32)
+            .unwrap();
+        assert!(matches!(b.set(0, &[1]), Err(Error::ReadOnly { .. })));
+        assert!(matches!(b.memset(0, 1, 0), Err(Error::ReadOnly { .. })));
+        assert!(matches!(b.clear(0), Err(Error::ReadOnly { .. })));
+        assert!(b.host_bytes_mut().is_none());
+        assert!(matches!(b.set(2000, &[1]), Err(Error::OutOfBuffer { .. })));
+        let mut out = [0u8; 4];
+        b.get(10, &mut out).unwrap();
+        assert_eq!(out, [7; 4]);
+        assert_eq!(
+            (b.size(), b.alignment(), b.owns_memory()),
+            (1024, 32, false)
+        );
+        assert_eq!(b.base_addr(), map.addr() + 64);
+    }
+}

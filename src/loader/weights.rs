@@ -171,6 +171,20 @@ enum Storage {
 /// buffer: viewed in the file mapping ([`LoadMode::Mmap`]) or copied into
 /// owned memory ([`LoadMode::Stream`], and on the mapped path the tensors
 /// that cannot be viewed in place).
+///
+/// Every handle it gives out borrows it, so nothing that views the mapping
+/// outlives the `Weights` (which the `# Safety` contract of
+/// [`Weights::load`] covers):
+///
+/// ```compile_fail
+/// # use weightmap::{LoadOptions, Weights};
+/// let bytes = {
+///     // SAFETY: the file is not modified.
+///     let w = unsafe { Weights::load("model.gguf", &LoadOptions::default()) }.unwrap();
+///     w.tensor("w").unwrap().host_bytes().unwrap()
+/// }; // error: `w` does not live long enough
+/// # let _ = bytes;
+/// ```
 #[derive(Debug)]
 pub struct Weights {
     storage: Storage,
