@@ -13,6 +13,7 @@
 
 mod metadata;
 mod parse;
+#[cfg(feature = "write")]
 pub mod write;
 
 pub use metadata::{Array, ArrayElem, GgufStr, Metadata, StrIter, Value, ValueType};
