@@ -263,6 +263,26 @@ pub enum Error {
         /// The type stored.
         found: &'static str,
     },
+    /// An integer metadata value that does not fit the integer type asked for.
+    #[error("metadata key '{key}': value {value} does not fit in {target}")]
+    IntOutOfRange {
+        /// The key (with `[i]` for an array element).
+        key: String,
+        /// The value stored.
+        value: i128,
+        /// The type asked for ("u32", ...).
+        target: &'static str,
+    },
+    /// A per-layer array whose length is not the layer count.
+    #[error("metadata key '{key}': array of {found} per-layer values, expected {expected} (one per layer)")]
+    PerLayerLength {
+        /// The key.
+        key: String,
+        /// The layer count.
+        expected: u64,
+        /// The array's length.
+        found: u64,
+    },
     /// No tensor of that name.
     #[error("tensor '{name}' not found")]
     TensorNotFound {
@@ -442,6 +462,8 @@ impl Error {
             Error::SafetensorsHeader { .. } => "safetensors_header",
             Error::KeyNotFound { .. } => "key_not_found",
             Error::WrongValueType { .. } => "wrong_value_type",
+            Error::IntOutOfRange { .. } => "int_out_of_range",
+            Error::PerLayerLength { .. } => "per_layer_length",
             Error::TensorNotFound { .. } => "tensor_not_found",
             Error::ViewType { .. } => "view_type",
             Error::ViewLayout { .. } => "view_layout",

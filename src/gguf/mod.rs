@@ -15,7 +15,9 @@ mod metadata;
 mod parse;
 pub mod write;
 
-pub use metadata::{Array, ArrayElem, GgufStr, Metadata, StrIter, Value, ValueType};
+pub use metadata::{
+    Array, ArrayElem, GgufStr, MetaInt, Metadata, StrIter, Value, ValueType, ARCHITECTURE_KEY,
+};
 pub use parse::{GgufHeader, Parse};
 
 use crate::error::Result;
