@@ -401,6 +401,25 @@ pub enum Error {
         found: usize,
     },
 
+    /// A NaN or infinity in tensor data: an element of a float tensor, or a
+    /// scale field (`d`, `dmin`, ...) of a quantized block.
+    #[error("tensor '{tensor}' ({ty}): {}", non_finite_at(.unit, *.index, .field, *.value))]
+    NonFiniteData {
+        /// The tensor.
+        tensor: String,
+        /// Its type.
+        ty: TensorType,
+        /// "element" for float tensors, "block" for quantized ones.
+        unit: &'static str,
+        /// The index of the first bad element or block in the tensor.
+        index: u64,
+        /// The block field holding the value ("d", "dmin", "e", ...); empty
+        /// for an element.
+        field: &'static str,
+        /// The value found (NaN or ±inf), as f64.
+        value: f64,
+    },
+
     // ---- loader --------------------------------------------------------------
     /// The mapped path failed and fallback was turned off.
     #[error("mapped load failed and fallback is off: {reason}")]
@@ -419,6 +438,16 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+}
+
+/// Where a [`Error::NonFiniteData`] value is: "element 17 is NaN" or
+/// "block 3 has d = inf".
+fn non_finite_at(unit: &str, index: u64, field: &str, value: f64) -> String {
+    if field.is_empty() {
+        format!("{unit} {index} is {value}")
+    } else {
+        format!("{unit} {index} has {field} = {value}")
+    }
 }
 
 impl Error {
@@ -477,6 +506,7 @@ impl Error {
             Error::NoDequantize { .. } => "no_dequantize",
             Error::RaggedBlocks { .. } => "ragged_blocks",
             Error::OutputLength { .. } => "output_length",
+            Error::NonFiniteData { .. } => "non_finite_data",
             Error::MmapFailed { .. } => "mmap_failed",
             Error::Mlock { .. } => "mlock",
         }
