@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use weightmap::{quant, LoadOptions, TensorType, Weights, WeightsHeader};
+use weightmap::{quant, LoadOptions, TensorRef, Weights, WeightsHeader};
 
 use super::{emit, CliResult};
 
@@ -53,6 +53,28 @@ pub fn run(a: &Args) -> CliResult {
     emit(&out)
 }
 
+/// Copy `batch` out of the weights, on as many threads as the checker uses
+/// (copying from a fresh mapping is page faults as much as memcpy).
+fn copy_out(batch: &[TensorRef<'_>]) -> CliResult<Vec<Vec<u8>>> {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    let per = batch.len().div_ceil(n).max(1);
+    let parts: Vec<weightmap::Result<Vec<Vec<u8>>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = batch
+            .chunks(per)
+            .map(|c| s.spawn(move || c.iter().map(|t| t.to_vec()).collect()))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    let mut out = Vec::with_capacity(batch.len());
+    for p in parts {
+        out.extend(p?);
+    }
+    Ok(out)
+}
+
 /// Load the file and check every tensor's data; the report line.
 fn check_data(a: &Args) -> CliResult<String> {
     let t0 = Instant::now();
@@ -60,28 +82,28 @@ fn check_data(a: &Args) -> CliResult<String> {
     // states that requirement; the weights live only for this check, and
     // every tensor is copied out before it is read.
     let weights = unsafe { Weights::load(&a.file, &LoadOptions::default())? };
+    let all: Vec<_> = weights.tensors().collect();
     let (mut tensors, mut bytes, mut threads) = (0usize, 0u64, 1usize);
-    let mut batch: Vec<(String, TensorType, Vec<u8>)> = Vec::new();
-    let mut batch_bytes = 0u64;
-    let mut flush = |batch: &mut Vec<(String, TensorType, Vec<u8>)>| -> CliResult {
-        let refs = batch.iter().map(|(n, ty, b)| (n.as_str(), *ty, &b[..]));
+    // Batches of whole tensors of about BATCH_BYTES, in file order.
+    let mut start = 0;
+    while start < all.len() {
+        let mut end = start;
+        let mut batch_bytes = 0u64;
+        while end < all.len() && (end == start || batch_bytes < BATCH_BYTES) {
+            batch_bytes = batch_bytes.saturating_add(all[end].info().nbytes);
+            end += 1;
+        }
+        let copies = copy_out(&all[start..end])?;
+        let refs = all[start..end]
+            .iter()
+            .zip(&copies)
+            .map(|(t, b)| (t.info().name.as_str(), t.info().ty, &b[..]));
         let s = quant::check_tensors(refs)?;
         tensors += s.tensors;
         bytes = bytes.saturating_add(s.bytes);
         threads = threads.max(s.threads);
-        batch.clear();
-        Ok(())
-    };
-    for t in weights.tensors() {
-        let info = t.info();
-        batch.push((info.name.clone(), info.ty, t.to_vec()?));
-        batch_bytes = batch_bytes.saturating_add(info.nbytes);
-        if batch_bytes >= BATCH_BYTES {
-            flush(&mut batch)?;
-            batch_bytes = 0;
-        }
+        start = end;
     }
-    flush(&mut batch)?;
     let secs = t0.elapsed().as_secs_f64();
     let gbps = if secs > 0.0 {
         bytes as f64 / secs / 1e9
