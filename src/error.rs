@@ -299,6 +299,26 @@ pub enum Error {
         /// The type stored.
         found: &'static str,
     },
+    /// An integer metadata value that does not fit the integer type asked for.
+    #[error("metadata key '{key}': value {value} does not fit in {target}")]
+    IntOutOfRange {
+        /// The key (with `[i]` for an array element).
+        key: String,
+        /// The value stored.
+        value: i128,
+        /// The type asked for ("u32", ...).
+        target: &'static str,
+    },
+    /// A per-layer array whose length is not the layer count.
+    #[error("metadata key '{key}': array of {found} per-layer values, expected {expected} (one per layer)")]
+    PerLayerLength {
+        /// The key.
+        key: String,
+        /// The layer count.
+        expected: u64,
+        /// The array's length.
+        found: u64,
+    },
     /// No tensor of that name.
     #[error("tensor '{name}' not found")]
     TensorNotFound {
@@ -417,6 +437,25 @@ pub enum Error {
         found: usize,
     },
 
+    /// A NaN or infinity in tensor data: an element of a float tensor, or a
+    /// scale field (`d`, `dmin`, ...) of a quantized block.
+    #[error("tensor '{tensor}' ({ty}): {}", non_finite_at(.unit, *.index, .field, *.value))]
+    NonFiniteData {
+        /// The tensor.
+        tensor: String,
+        /// Its type.
+        ty: TensorType,
+        /// "element" for float tensors, "block" for quantized ones.
+        unit: &'static str,
+        /// The index of the first bad element or block in the tensor.
+        index: u64,
+        /// The block field holding the value ("d", "dmin", "e", ...); empty
+        /// for an element.
+        field: &'static str,
+        /// The value found (NaN or ±inf), as f64.
+        value: f64,
+    },
+
     // ---- loader --------------------------------------------------------------
     /// The mapped path failed and fallback was turned off.
     #[error("mapped load failed and fallback is off: {reason}")]
@@ -465,6 +504,16 @@ pub enum Error {
     },
 }
 
+/// Where a [`Error::NonFiniteData`] value is: "element 17 is NaN" or
+/// "block 3 has d = inf".
+fn non_finite_at(unit: &str, index: u64, field: &str, value: f64) -> String {
+    if field.is_empty() {
+        format!("{unit} {index} is {value}")
+    } else {
+        format!("{unit} {index} has {field} = {value}")
+    }
+}
+
 impl Error {
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Error {
         Error::Io {
@@ -510,6 +559,8 @@ impl Error {
             Error::SafetensorsHeader { .. } => "safetensors_header",
             Error::KeyNotFound { .. } => "key_not_found",
             Error::WrongValueType { .. } => "wrong_value_type",
+            Error::IntOutOfRange { .. } => "int_out_of_range",
+            Error::PerLayerLength { .. } => "per_layer_length",
             Error::TensorNotFound { .. } => "tensor_not_found",
             Error::ViewType { .. } => "view_type",
             Error::ViewLayout { .. } => "view_layout",
@@ -523,6 +574,7 @@ impl Error {
             Error::NoDequantize { .. } => "no_dequantize",
             Error::RaggedBlocks { .. } => "ragged_blocks",
             Error::OutputLength { .. } => "output_length",
+            Error::NonFiniteData { .. } => "non_finite_data",
             Error::MmapFailed { .. } => "mmap_failed",
             Error::FallbackFailed { .. } => "fallback_failed",
             Error::AllocSizeTooSmall { .. } => "alloc_size_too_small",

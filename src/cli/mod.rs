@@ -4,6 +4,7 @@
 mod baseline;
 mod bench;
 mod cache;
+mod dequant;
 mod gen;
 mod inspect;
 mod load;
@@ -38,8 +39,11 @@ pub struct Cli {
 enum Command {
     /// Print a file's header: format, alignment, metadata and tensor table.
     Inspect(inspect::Args),
-    /// Check a file as the loader does (header, tensor table, bounds), without loading it.
+    /// Check a file as the loader does (header, tensor table, bounds), without loading it;
+    /// with --data, also check every tensor's data for NaN and infinity.
     Validate(validate::Args),
+    /// Dequantize a tensor, or some of its rows, to little-endian f32.
+    Dequant(dequant::Args),
     /// Load a file and report what the loader did and the memory it used.
     #[command(long_about = load::LONG_ABOUT)]
     Load(load::Args),
@@ -61,6 +65,7 @@ pub fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Inspect(a) => inspect::run(a),
         Command::Validate(a) => validate::run(a),
+        Command::Dequant(a) => dequant::run(a),
         Command::Load(a) => load::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Gen(a) => gen::run(a),

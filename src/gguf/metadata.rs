@@ -1,6 +1,7 @@
 //! Zero-copy metadata: keys and values borrow the file's bytes; arrays are
 //! decoded element by element when asked.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use crate::error::{Error, Result};
@@ -99,6 +100,12 @@ impl ValueType {
         }
     }
 
+    /// Whether this is one of the eight integer types (u8 to i64; not bool).
+    pub fn is_integer(self) -> bool {
+        use ValueType::*;
+        matches!(self, U8 | I8 | U16 | I16 | U32 | I32 | U64 | I64)
+    }
+
     /// Byte size of a value of this type, or `None` for strings and arrays.
     pub fn fixed_size(self) -> Option<u64> {
         use ValueType::*;
@@ -193,6 +200,22 @@ impl<'a> Value<'a> {
             Value::I64(_) => ValueType::I64,
             Value::F64(_) => ValueType::F64,
         }
+    }
+
+    /// The value as an `i128` if it is an integer (u8 to i64; not bool), so
+    /// that every stored integer converts without loss.
+    pub fn as_i128(&self) -> Option<i128> {
+        Some(match *self {
+            Value::U8(v) => v.into(),
+            Value::I8(v) => v.into(),
+            Value::U16(v) => v.into(),
+            Value::I16(v) => v.into(),
+            Value::U32(v) => v.into(),
+            Value::I32(v) => v.into(),
+            Value::U64(v) => v.into(),
+            Value::I64(v) => v.into(),
+            _ => return None,
+        })
     }
 
     /// Decode a scalar of type `t` from exactly its bytes.
@@ -325,6 +348,40 @@ impl<'a> Array<'a> {
         Ok(self.bytes.chunks_exact(T::SIZE).map(T::decode))
     }
 
+    /// The elements as a slice of `T` (`u8`, `i8`, `u16`, `i16`, `u32`,
+    /// `i32`, `f32`, `u64`, `i64`, `f64`): borrowed from the file when its
+    /// bytes are aligned for `T` (and the host is little-endian), otherwise
+    /// decoded into a copy. GGUF aligns nothing in the header, so a u32 array
+    /// is borrowed only when it happens to start at a multiple of 4.
+    ///
+    /// ```
+    /// # use weightmap::gguf::{write::Writer, Gguf};
+    /// # fn main() -> weightmap::Result<()> {
+    /// let mut w = Writer::new(32);
+    /// w.kv_i32_array("tokenizer.ggml.token_type", &[1, 3, 1]);
+    /// let bytes = w.to_bytes();
+    /// let file = Gguf::parse(&bytes)?;
+    /// let types = file.metadata().get_array("tokenizer.ggml.token_type")?.as_slice::<i32>()?;
+    /// assert_eq!(&types[..], [1, 3, 1]);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::WrongValueType`] if the elements are another type.
+    pub fn as_slice<T: ArrayElem + bytemuck::Pod>(&self) -> Result<Cow<'a, [T]>> {
+        if self.elem != T::TYPE {
+            return Err(self.wrong(T::ARRAY_NAME));
+        }
+        if cfg!(target_endian = "little") {
+            if let Ok(s) = bytemuck::try_cast_slice::<u8, T>(self.bytes) {
+                return Ok(Cow::Borrowed(s));
+            }
+        }
+        Ok(Cow::Owned(
+            self.bytes.chunks_exact(T::SIZE).map(T::decode).collect(),
+        ))
+    }
+
     fn wrong(&self, expected: &'static str) -> Error {
         Error::WrongValueType {
             key: self.key.to_owned(),
@@ -432,10 +489,54 @@ impl ArrayElem for bool {
     }
 }
 
+/// The key naming the model architecture, the prefix of its hyperparameter keys.
+pub const ARCHITECTURE_KEY: &str = "general.architecture";
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// An integer type that [`Metadata::get_int`] converts stored integers to:
+/// `u8`, `i8`, `u16`, `i16`, `u32`, `i32`, `u64`, `i64`, `usize`, `isize`.
+pub trait MetaInt: Copy + sealed::Sealed {
+    /// The type's name, for errors.
+    const NAME: &'static str;
+    /// `v` as this type, if it fits.
+    fn from_i128(v: i128) -> Option<Self>;
+}
+
+macro_rules! meta_int {
+    ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl MetaInt for $t {
+            const NAME: &'static str = stringify!($t);
+            fn from_i128(v: i128) -> Option<Self> {
+                <$t>::try_from(v).ok()
+            }
+        }
+    )*};
+}
+
+meta_int!(u8, i8, u16, i16, u32, i32, u64, i64, usize, isize);
+
+/// `v`, stored under `key`, as `T`.
+fn int_to<T: MetaInt>(key: &str, v: i128) -> Result<T> {
+    T::from_i128(v).ok_or_else(|| Error::IntOutOfRange {
+        key: key.to_owned(),
+        value: v,
+        target: T::NAME,
+    })
+}
+
 /// The metadata of a GGUF file: typed getters over borrowed bytes.
 ///
-/// Getters are strict about types: `get_u32` on a key stored as u64 is a
-/// [`Error::WrongValueType`] naming the key and both types.
+/// The `get_*` getters are strict about types: `get_u32` on a key stored as
+/// u64 is a [`Error::WrongValueType`] naming the key and both types. Each has
+/// a `get_opt_*` form that returns `Ok(None)` for a missing key (a wrong type
+/// is still an error). [`Metadata::get_int`] accepts any integer type and
+/// checks the value fits; the `arch_*` getters prefix the key with
+/// [`Metadata::architecture`]; [`Metadata::per_layer`] reads a scalar or a
+/// per-layer array.
 #[derive(Clone, Copy, Debug)]
 pub struct Metadata<'a> {
     bytes: &'a [u8],
@@ -444,15 +545,25 @@ pub struct Metadata<'a> {
 }
 
 macro_rules! getter {
-    ($($(#[$doc:meta])* $fn:ident -> $t:ty, $variant:ident, $name:literal;)*) => {$(
+    ($($(#[$doc:meta])* $fn:ident, $opt:ident -> $t:ty, $variant:ident, $name:literal;)*) => {$(
         $(#[$doc])*
         ///
         /// # Errors
         /// [`Error::KeyNotFound`], or [`Error::WrongValueType`] for another type.
         pub fn $fn(&self, key: &str) -> Result<$t> {
-            match self.require(key)? {
-                Value::$variant(v) => Ok(v),
-                other => Err(Error::WrongValueType {
+            self.$opt(key)?.ok_or_else(|| not_found(key))
+        }
+
+        $(#[$doc])*
+        /// `Ok(None)` when the key is absent.
+        ///
+        /// # Errors
+        /// [`Error::WrongValueType`] if the key holds another type.
+        pub fn $opt(&self, key: &str) -> Result<Option<$t>> {
+            match self.get(key) {
+                None => Ok(None),
+                Some(Value::$variant(v)) => Ok(Some(v)),
+                Some(other) => Err(Error::WrongValueType {
                     key: key.to_owned(),
                     expected: $name,
                     found: other.value_type().name(),
@@ -460,6 +571,12 @@ macro_rules! getter {
             }
         }
     )*};
+}
+
+fn not_found(key: &str) -> Error {
+    Error::KeyNotFound {
+        key: key.to_owned(),
+    }
 }
 
 impl<'a> Metadata<'a> {
@@ -521,39 +638,33 @@ impl<'a> Metadata<'a> {
         self.value_of(&self.kvs[self.sorted[k] as usize])
     }
 
-    fn require(&self, key: &str) -> Result<Value<'a>> {
-        self.get(key).ok_or_else(|| Error::KeyNotFound {
-            key: key.to_owned(),
-        })
-    }
-
     getter! {
         /// A u8 value.
-        get_u8 -> u8, U8, "u8";
+        get_u8, get_opt_u8 -> u8, U8, "u8";
         /// An i8 value.
-        get_i8 -> i8, I8, "i8";
+        get_i8, get_opt_i8 -> i8, I8, "i8";
         /// A u16 value.
-        get_u16 -> u16, U16, "u16";
+        get_u16, get_opt_u16 -> u16, U16, "u16";
         /// An i16 value.
-        get_i16 -> i16, I16, "i16";
+        get_i16, get_opt_i16 -> i16, I16, "i16";
         /// A u32 value, such as `llama.block_count`.
-        get_u32 -> u32, U32, "u32";
+        get_u32, get_opt_u32 -> u32, U32, "u32";
         /// An i32 value.
-        get_i32 -> i32, I32, "i32";
+        get_i32, get_opt_i32 -> i32, I32, "i32";
         /// An f32 value.
-        get_f32 -> f32, F32, "f32";
+        get_f32, get_opt_f32 -> f32, F32, "f32";
         /// A bool value.
-        get_bool -> bool, Bool, "bool";
+        get_bool, get_opt_bool -> bool, Bool, "bool";
         /// A u64 value.
-        get_u64 -> u64, U64, "u64";
+        get_u64, get_opt_u64 -> u64, U64, "u64";
         /// An i64 value.
-        get_i64 -> i64, I64, "i64";
+        get_i64, get_opt_i64 -> i64, I64, "i64";
         /// An f64 value.
-        get_f64 -> f64, F64, "f64";
+        get_f64, get_opt_f64 -> f64, F64, "f64";
         /// An array value.
-        get_array -> Array<'a>, Array, "array";
+        get_array, get_opt_array -> Array<'a>, Array, "array";
         /// A string value as raw bytes (not checked as UTF-8).
-        get_gguf_str -> GgufStr<'a>, String, "string";
+        get_gguf_str, get_opt_gguf_str -> GgufStr<'a>, String, "string";
     }
 
     /// A string value as `&str`.
@@ -562,11 +673,246 @@ impl<'a> Metadata<'a> {
     /// [`Error::KeyNotFound`], [`Error::WrongValueType`], or
     /// [`Error::InvalidUtf8`] naming the key.
     pub fn get_str(&self, key: &str) -> Result<&'a str> {
-        let s = self.get_gguf_str(key)?;
-        s.to_str().ok_or_else(|| Error::InvalidUtf8 {
+        self.get_opt_str(key)?.ok_or_else(|| not_found(key))
+    }
+
+    /// A string value as `&str`; `Ok(None)` when the key is absent.
+    ///
+    /// # Errors
+    /// [`Error::WrongValueType`], or [`Error::InvalidUtf8`] naming the key.
+    pub fn get_opt_str(&self, key: &str) -> Result<Option<&'a str>> {
+        let Some(s) = self.get_opt_gguf_str(key)? else {
+            return Ok(None);
+        };
+        s.to_str().map(Some).ok_or_else(|| Error::InvalidUtf8 {
             what: format!("string value of key '{key}'"),
             offset: self.string_offset(key),
         })
+    }
+
+    /// An integer value stored as any of GGUF's integer types (u8 to i64),
+    /// converted to `T`, the way runtimes read counts and sizes whatever
+    /// width the converter chose.
+    ///
+    /// ```
+    /// # use weightmap::gguf::{write::{OwnedValue, Writer}, Gguf};
+    /// # fn main() -> weightmap::Result<()> {
+    /// let mut w = Writer::new(32);
+    /// w.kv("llama.context_length", OwnedValue::U64(4096));
+    /// w.kv("llama.rope.dimension_count", OwnedValue::I32(-1));
+    /// let bytes = w.to_bytes();
+    /// let file = Gguf::parse(&bytes)?;
+    /// let md = file.metadata();
+    /// assert_eq!(md.get_int::<u32>("llama.context_length")?, 4096);
+    /// assert_eq!(md.get_int::<i64>("llama.rope.dimension_count")?, -1);
+    /// let e = md.get_int::<u32>("llama.rope.dimension_count").unwrap_err();
+    /// assert_eq!(e.kind(), "int_out_of_range");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::KeyNotFound`], [`Error::WrongValueType`] for a value that is
+    /// not an integer (bool, float, string, array), or
+    /// [`Error::IntOutOfRange`] naming the key, the value and `T`.
+    pub fn get_int<T: MetaInt>(&self, key: &str) -> Result<T> {
+        self.get_opt_int(key)?.ok_or_else(|| not_found(key))
+    }
+
+    /// [`Metadata::get_int`], with `Ok(None)` when the key is absent.
+    ///
+    /// # Errors
+    /// As [`Metadata::get_int`], but never [`Error::KeyNotFound`].
+    pub fn get_opt_int<T: MetaInt>(&self, key: &str) -> Result<Option<T>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => match v.as_i128() {
+                Some(i) => int_to(key, i).map(Some),
+                None => Err(Error::WrongValueType {
+                    key: key.to_owned(),
+                    expected: "integer",
+                    found: v.value_type().name(),
+                }),
+            },
+        }
+    }
+
+    /// The model architecture, `general.architecture` ("llama", "qwen2", ...).
+    ///
+    /// # Errors
+    /// As [`Metadata::get_str`] for `general.architecture`.
+    pub fn architecture(&self) -> Result<&'a str> {
+        self.get_str(ARCHITECTURE_KEY)
+    }
+
+    /// The architecture-specific key `"{arch}.{suffix}"`:
+    /// `arch_key("context_length")` is `"llama.context_length"` in a llama file.
+    ///
+    /// # Errors
+    /// As [`Metadata::architecture`].
+    pub fn arch_key(&self, suffix: &str) -> Result<String> {
+        Ok(format!("{}.{suffix}", self.architecture()?))
+    }
+
+    /// [`Metadata::get_int`] of [`Metadata::arch_key`]`(suffix)`.
+    ///
+    /// ```
+    /// # use weightmap::gguf::{write::Writer, Gguf};
+    /// # fn main() -> weightmap::Result<()> {
+    /// let mut w = Writer::new(32);
+    /// w.kv_str("general.architecture", "qwen2");
+    /// w.kv_u32("qwen2.block_count", 24);
+    /// let bytes = w.to_bytes();
+    /// let file = Gguf::parse(&bytes)?;
+    /// let md = file.metadata();
+    /// assert_eq!(md.arch_key("block_count")?, "qwen2.block_count");
+    /// assert_eq!(md.arch_int::<usize>("block_count")?, 24);
+    /// assert_eq!(md.arch_opt_int::<u64>("context_length")?, None);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Metadata::architecture`] and [`Metadata::get_int`].
+    pub fn arch_int<T: MetaInt>(&self, suffix: &str) -> Result<T> {
+        self.get_int(&self.arch_key(suffix)?)
+    }
+
+    /// [`Metadata::get_opt_int`] of [`Metadata::arch_key`]`(suffix)`.
+    ///
+    /// # Errors
+    /// As [`Metadata::architecture`] (a missing architecture is an error,
+    /// not `None`) and [`Metadata::get_opt_int`].
+    pub fn arch_opt_int<T: MetaInt>(&self, suffix: &str) -> Result<Option<T>> {
+        self.get_opt_int(&self.arch_key(suffix)?)
+    }
+
+    /// [`Metadata::get_f32`] of [`Metadata::arch_key`]`(suffix)`, such as
+    /// `attention.layer_norm_rms_epsilon`.
+    ///
+    /// # Errors
+    /// As [`Metadata::architecture`] and [`Metadata::get_f32`].
+    pub fn arch_f32(&self, suffix: &str) -> Result<f32> {
+        self.get_f32(&self.arch_key(suffix)?)
+    }
+
+    /// [`Metadata::get_opt_f32`] of [`Metadata::arch_key`]`(suffix)`, such as
+    /// `rope.freq_base`.
+    ///
+    /// # Errors
+    /// As [`Metadata::architecture`] and [`Metadata::get_opt_f32`].
+    pub fn arch_opt_f32(&self, suffix: &str) -> Result<Option<f32>> {
+        self.get_opt_f32(&self.arch_key(suffix)?)
+    }
+
+    /// The layer count, `{arch}.block_count`, as any integer type.
+    ///
+    /// # Errors
+    /// As [`Metadata::arch_int`].
+    pub fn block_count(&self) -> Result<u32> {
+        self.arch_int("block_count")
+    }
+
+    /// The training context length, `{arch}.context_length`.
+    ///
+    /// # Errors
+    /// As [`Metadata::arch_int`].
+    pub fn context_length(&self) -> Result<u64> {
+        self.arch_int("context_length")
+    }
+
+    /// The embedding width, `{arch}.embedding_length`.
+    ///
+    /// # Errors
+    /// As [`Metadata::arch_int`].
+    pub fn embedding_length(&self) -> Result<u64> {
+        self.arch_int("embedding_length")
+    }
+
+    /// A per-layer integer, as llama.cpp's `get_key_or_arr` reads it: either
+    /// one integer for every layer, or an array of exactly `n_layers`
+    /// integers (any integer types, each converted to `T`).
+    ///
+    /// ```
+    /// # use weightmap::gguf::{write::Writer, Gguf};
+    /// # fn main() -> weightmap::Result<()> {
+    /// let mut w = Writer::new(32);
+    /// w.kv_u32("llama.attention.head_count", 8);
+    /// w.kv_i32_array("llama.attention.head_count_kv", &[2, 2, 4]);
+    /// let bytes = w.to_bytes();
+    /// let file = Gguf::parse(&bytes)?;
+    /// let md = file.metadata();
+    /// assert_eq!(md.per_layer::<u32>("llama.attention.head_count", 3)?, [8, 8, 8]);
+    /// assert_eq!(md.per_layer::<u32>("llama.attention.head_count_kv", 3)?, [2, 2, 4]);
+    /// let e = md.per_layer::<u32>("llama.attention.head_count_kv", 4).unwrap_err();
+    /// assert_eq!(e.kind(), "per_layer_length");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`Error::KeyNotFound`].
+    /// - [`Error::WrongValueType`] for a value that is neither an integer nor
+    ///   an array of integers.
+    /// - [`Error::PerLayerLength`] for an array whose length is not `n_layers`.
+    /// - [`Error::IntOutOfRange`] for a value (`key[i]` for an element) that
+    ///   does not fit `T`.
+    /// - [`Error::Alloc`] if the `n_layers` values cannot be allocated.
+    pub fn per_layer<T: MetaInt>(&self, key: &str, n_layers: usize) -> Result<Vec<T>> {
+        let wrong = |found: &'static str| Error::WrongValueType {
+            key: key.to_owned(),
+            expected: "integer or array of integers",
+            found,
+        };
+        let value = self.get(key).ok_or_else(|| not_found(key))?;
+        match value {
+            Value::Array(a) => {
+                if !a.elem.is_integer() {
+                    return Err(wrong(array_name(a.elem)));
+                }
+                if a.len != n_layers as u64 {
+                    return Err(Error::PerLayerLength {
+                        key: key.to_owned(),
+                        expected: n_layers as u64,
+                        found: a.len,
+                    });
+                }
+                // The length is the file's own element count, so the vector
+                // is no larger than the bytes the array occupies times 8.
+                a.iter()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        let x = v.as_i128().ok_or_else(|| wrong(array_name(a.elem)))?;
+                        int_to(&format!("{key}[{i}]"), x)
+                    })
+                    .collect()
+            }
+            v => {
+                let x = v.as_i128().ok_or_else(|| wrong(v.value_type().name()))?;
+                let x: T = int_to(key, x)?;
+                // `n_layers` may come from the file (`block_count`): try the
+                // allocation rather than abort on a huge count.
+                let mut out = Vec::new();
+                out.try_reserve_exact(n_layers).map_err(|e| Error::Alloc {
+                    size: n_layers.saturating_mul(std::mem::size_of::<T>()),
+                    source: std::io::Error::new(std::io::ErrorKind::OutOfMemory, e.to_string()),
+                })?;
+                out.resize(n_layers, x);
+                Ok(out)
+            }
+        }
+    }
+
+    /// [`Metadata::per_layer`] of [`Metadata::arch_key`]`(suffix)` with
+    /// [`Metadata::block_count`] layers: `arch_per_layer::<u32>("attention.head_count_kv")`.
+    ///
+    /// # Errors
+    /// As [`Metadata::block_count`] and [`Metadata::per_layer`].
+    pub fn arch_per_layer<T: MetaInt>(&self, suffix: &str) -> Result<Vec<T>> {
+        let n = self.block_count()?;
+        let n = usize::try_from(n).map_err(|_| Error::IntOutOfRange {
+            key: self.arch_key("block_count").unwrap_or_default(),
+            value: i128::from(n),
+            target: "usize",
+        })?;
+        self.per_layer(&self.arch_key(suffix)?, n)
     }
 
     fn string_offset(&self, key: &str) -> u64 {

@@ -16,7 +16,9 @@ mod parse;
 #[cfg(feature = "write")]
 pub mod write;
 
-pub use metadata::{Array, ArrayElem, GgufStr, Metadata, StrIter, Value, ValueType};
+pub use metadata::{
+    Array, ArrayElem, GgufStr, MetaInt, Metadata, StrIter, Value, ValueType, ARCHITECTURE_KEY,
+};
 pub use parse::{GgufHeader, Parse};
 
 use crate::error::Result;

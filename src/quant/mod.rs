@@ -36,8 +36,20 @@
 //! Not covered, [`Error::NoDequantize`]: Q8_1 (ggml defines no
 //! dequantization for it: it exists only as the other operand of dot
 //! products) and C64 (a complex number is not one float).
+//!
+//! # Data checks
+//! [`check_data`] and [`check_tensors`] find NaN and infinity the way
+//! llama.cpp's `--check-tensors` does (ggml's `ggml_validate_row_data`):
+//! every element of a float tensor (F32, F16, BF16, F64, the 8-bit floats,
+//! C64), and the float scale fields of every quantized block: `d`, also
+//! `m`/`dmin`/`s` where the block has them, IQ1_M's packed f16 scale, and
+//! MXFP4's E8M0 exponent (0xFF, E8M0's NaN code, is rejected as ggml does).
+//! Quantized values themselves are small integers or code-book indices and
+//! cannot be NaN. Integer and bool tensors, and NVFP4 (whose UE4M3 scales
+//! decode to a finite value for every code), have nothing to check.
 
 mod blocks;
+mod check;
 mod grids;
 mod kernels;
 mod scalar;
@@ -46,6 +58,8 @@ pub use blocks::{
     BlockIQ1M, BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS, BlockIQ4NL,
     BlockIQ4XS, BlockMXFP4, BlockNVFP4, BlockQ1_0, BlockQ2_0, BlockTQ1_0, BlockTQ2_0,
 };
+
+pub use check::{check_data, check_tensors, check_tensors_on, CheckStats};
 
 use bytemuck::Pod;
 
