@@ -325,6 +325,36 @@ pub enum Error {
         /// The name.
         name: String,
     },
+    /// A row index past a tensor's rows.
+    #[error("tensor '{tensor}': row {row} is out of range (it has {rows} rows)")]
+    RowOutOfRange {
+        /// The tensor.
+        tensor: String,
+        /// The row asked for (the end of the range, for a range).
+        row: u64,
+        /// How many rows it has.
+        rows: u64,
+    },
+    /// A tensor whose shape is not the one a runtime expects.
+    #[error("tensor '{tensor}' has shape {found:?} (ggml order), expected {expected:?}")]
+    ShapeMismatch {
+        /// The tensor.
+        tensor: String,
+        /// The expected `ne`, ggml order.
+        expected: Vec<u64>,
+        /// Its `ne`.
+        found: Vec<u64>,
+    },
+    /// A tensor whose type is not among those a runtime accepts.
+    #[error("tensor '{tensor}' is {found}, expected one of {expected:?}")]
+    TypeMismatch {
+        /// The tensor.
+        tensor: String,
+        /// The accepted types' names.
+        expected: Vec<&'static str>,
+        /// Its type's name.
+        found: &'static str,
+    },
     /// A typed view of the wrong element type.
     #[error("tensor '{tensor}' is {found}, not {expected}")]
     ViewType {
@@ -562,6 +592,9 @@ impl Error {
             Error::IntOutOfRange { .. } => "int_out_of_range",
             Error::PerLayerLength { .. } => "per_layer_length",
             Error::TensorNotFound { .. } => "tensor_not_found",
+            Error::RowOutOfRange { .. } => "row_out_of_range",
+            Error::ShapeMismatch { .. } => "shape_mismatch",
+            Error::TypeMismatch { .. } => "type_mismatch",
             Error::ViewType { .. } => "view_type",
             Error::ViewLayout { .. } => "view_layout",
             Error::InvalidAlignment { .. } => "invalid_alignment",

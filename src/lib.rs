@@ -26,7 +26,7 @@ pub use format::{Format, Header};
 pub use half::{bf16, f16};
 pub use loader::{
     CopyReason, LoadMode, LoadOptions, LoadReport, MappedWeights, OwnedTensor, PlacementKind,
-    Prefetch, TensorRef, Weights, WeightsHeader,
+    Prefetch, Scope, Tensor, TensorRef, Weights, WeightsHeader,
 };
 pub use mmap::AccessAdvice;
 pub use prefetch::{AdvicePolicy, PrefetchDecision};

@@ -35,6 +35,7 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 
+mod handle;
 mod mapped;
 mod options;
 mod place;
@@ -44,6 +45,7 @@ mod weights;
 
 pub use crate::error::FallbackReason;
 pub use crate::prefetch::{AdvicePolicy, Prefetch};
+pub use handle::{Scope, Tensor};
 pub use options::{LoadMode, LoadOptions, Route};
 pub use report::{BufferReport, CopiedTensor, CopyReason, LoadReport, PlacementKind};
 pub use weights::{MappedWeights, OwnedTensor, TensorRef, Weights, WeightsHeader};

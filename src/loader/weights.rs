@@ -11,6 +11,7 @@ use crate::gguf::Metadata;
 use crate::mmap::{AccessAdvice, Mapping, Residency};
 use crate::prefetch::{PrefetchDecision, PrefetchProgress, Prefetcher};
 use crate::tensor::TensorInfo;
+use crate::types::TensorType;
 
 use super::mapped::{map_path, MapFail};
 use super::place::Slot;
@@ -585,6 +586,145 @@ impl<'w> TensorRef<'w> {
             info: self.info.clone(),
             buf,
         })
+    }
+
+    /// Elements per row: `ne[0]` (1 for a scalar).
+    pub fn row_len(&self) -> u64 {
+        self.info.ne().first().copied().unwrap_or(1)
+    }
+
+    /// Number of rows: the product of `ne[1..]` (1 for a vector or scalar).
+    pub fn n_rows(&self) -> u64 {
+        self.info.ne().iter().skip(1).product()
+    }
+
+    /// Bytes per row (a whole number of blocks: validated at parse time).
+    pub fn row_bytes(&self) -> usize {
+        let n = self.n_rows();
+        if n == 0 {
+            0
+        } else {
+            self.placement.len / n as usize
+        }
+    }
+
+    fn host_or_err(&self) -> Result<&'w [u8]> {
+        self.host_bytes().ok_or_else(|| Error::NotHost {
+            buffer: self.buffer.type_name().to_owned(),
+        })
+    }
+
+    fn row_range(&self, rows: std::ops::Range<u64>) -> Result<std::ops::Range<usize>> {
+        let n = self.n_rows();
+        if rows.start > rows.end || rows.end > n {
+            return Err(Error::RowOutOfRange {
+                tensor: self.info.name.clone(),
+                row: if rows.start > rows.end {
+                    rows.start
+                } else {
+                    rows.end
+                },
+                rows: n,
+            });
+        }
+        let rb = self.row_bytes();
+        Ok(rows.start as usize * rb..rows.end as usize * rb)
+    }
+
+    /// Row `i`'s bytes, zero-copy (the row of an embedding table, say).
+    ///
+    /// # Errors
+    /// [`Error::RowOutOfRange`], or [`Error::NotHost`] for a device tensor.
+    pub fn row(&self, i: u64) -> Result<&'w [u8]> {
+        let r = self.row_range(i..i.saturating_add(1))?;
+        Ok(&self.host_or_err()?[r])
+    }
+
+    /// Row `i` as `T`, zero-copy.
+    ///
+    /// # Errors
+    /// As [`TensorRef::row`], and as [`TensorRef::view`] for the element type.
+    pub fn row_as<T: Element>(&self, i: u64) -> Result<&'w [T]> {
+        let r = self.row_range(i..i.saturating_add(1))?;
+        let bytes = &self.host_or_err()?[r];
+        view(self.info, bytes)
+    }
+
+    /// Every row's bytes, in order.
+    ///
+    /// # Errors
+    /// [`Error::NotHost`] for a device tensor.
+    pub fn rows(&self) -> Result<std::slice::ChunksExact<'w, u8>> {
+        Ok(self.host_or_err()?.chunks_exact(self.row_bytes().max(1)))
+    }
+
+    /// Dequantize the whole tensor to f32 into `out` (exactly
+    /// [`TensorInfo::n_elements`] long), with ggml's reference semantics
+    /// ([`crate::quant::dequantize`]). Works on every buffer: a device
+    /// tensor is read back first.
+    ///
+    /// # Errors
+    /// As [`crate::quant::dequantize`].
+    pub fn dequantize_into(&self, out: &mut [f32]) -> Result<()> {
+        match self.host_bytes() {
+            Some(b) => crate::quant::dequantize(self.info.ty, b, out),
+            None => crate::quant::dequantize(self.info.ty, &self.to_vec()?, out),
+        }
+    }
+
+    /// The whole tensor as f32, in a new `Vec`.
+    ///
+    /// # Errors
+    /// As [`crate::quant::dequantize_to_vec`].
+    pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
+        match self.host_bytes() {
+            Some(b) => crate::quant::dequantize_to_vec(self.info.ty, b),
+            None => crate::quant::dequantize_to_vec(self.info.ty, &self.to_vec()?),
+        }
+    }
+
+    /// Rows `rows` dequantized to f32 into `out` (exactly
+    /// `rows.len() * row_len()` long): an embedding lookup.
+    ///
+    /// # Errors
+    /// [`Error::RowOutOfRange`], [`Error::NotHost`], or as
+    /// [`crate::quant::dequantize`].
+    pub fn rows_f32(&self, rows: std::ops::Range<u64>, out: &mut [f32]) -> Result<()> {
+        let r = self.row_range(rows)?;
+        crate::quant::dequantize(self.info.ty, &self.host_or_err()?[r], out)
+    }
+
+    /// Row `i` dequantized to f32 into `out` (exactly `row_len()` long).
+    ///
+    /// # Errors
+    /// As [`TensorRef::rows_f32`].
+    pub fn row_f32(&self, i: u64, out: &mut [f32]) -> Result<()> {
+        self.rows_f32(i..i.saturating_add(1), out)
+    }
+
+    /// Check the shape (`ne`, ggml order) and that the type is one of
+    /// `types` (any type when empty): what a runtime does for each weight it
+    /// expects.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`], [`Error::TypeMismatch`].
+    pub fn expect(self, ne: &[u64], types: &[TensorType]) -> Result<Self> {
+        let found = self.info.ne();
+        if found != ne {
+            return Err(Error::ShapeMismatch {
+                tensor: self.info.name.clone(),
+                expected: ne.to_vec(),
+                found,
+            });
+        }
+        if !types.is_empty() && !types.contains(&self.info.ty) {
+            return Err(Error::TypeMismatch {
+                tensor: self.info.name.clone(),
+                expected: types.iter().map(|t| t.name()).collect(),
+                found: self.info.ty.name(),
+            });
+        }
+        Ok(self)
     }
 }
 
