@@ -19,10 +19,6 @@ pub struct Args {
     data: bool,
 }
 
-/// Tensors are copied out of the mapping and checked in batches of about
-/// this many bytes (a bigger tensor is a batch of its own).
-const BATCH_BYTES: u64 = 256 << 20;
-
 pub fn run(a: &Args) -> CliResult {
     // Every check the loader makes short of mapping and placing tensors.
     let wh = WeightsHeader::read(&a.file)?;
@@ -42,7 +38,7 @@ pub fn run(a: &Args) -> CliResult {
     if let Some((t, need)) = wh.first_misaligned(alignment) {
         out.push_str(&format!(
             "note: tensor '{}' at file offset {} is not aligned to {need}: \
-             a mapped load would fall back to the stream path\n",
+             a mapped load copies it (and any like it) into owned memory\n",
             escape(&t.name),
             t.file_offset
         ));
@@ -54,57 +50,34 @@ pub fn run(a: &Args) -> CliResult {
     emit(&out)
 }
 
-/// Copy `batch` out of the weights, on as many threads as the checker uses
-/// (copying from a fresh mapping is page faults as much as memcpy).
-fn copy_out(batch: &[TensorRef<'_>]) -> CliResult<Vec<Vec<u8>>> {
-    let n = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
-    let per = batch.len().div_ceil(n).max(1);
-    let parts: Vec<weightmap::Result<Vec<Vec<u8>>>> = std::thread::scope(|s| {
-        let handles: Vec<_> = batch
-            .chunks(per)
-            .map(|c| s.spawn(move || c.iter().map(|t| t.to_vec()).collect()))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
-    });
-    let mut out = Vec::with_capacity(batch.len());
-    for p in parts {
-        out.extend(p?);
-    }
-    Ok(out)
-}
-
 /// Load the file and check every tensor's data; the report line.
 fn check_data(a: &Args) -> CliResult<String> {
     let t0 = Instant::now();
     // SAFETY: the file must not change while `weights` lives. `--help`
-    // states that requirement; the weights live only for this check, and
-    // every tensor is copied out before it is read.
+    // states that requirement; the weights live only for this check.
     let weights = unsafe { Weights::load(&a.file, &LoadOptions::default())? };
-    let all: Vec<_> = weights.tensors().collect();
-    let (mut tensors, mut bytes, mut threads) = (0usize, 0u64, 1usize);
-    // Batches of whole tensors of about BATCH_BYTES, in file order.
-    let mut start = 0;
-    while start < all.len() {
-        let mut end = start;
-        let mut batch_bytes = 0u64;
-        while end < all.len() && (end == start || batch_bytes < BATCH_BYTES) {
-            batch_bytes = batch_bytes.saturating_add(all[end].info().nbytes);
-            end += 1;
-        }
-        let copies = copy_out(&all[start..end])?;
-        let refs = all[start..end]
-            .iter()
-            .zip(&copies)
-            .map(|(t, b)| (t.info().name.as_str(), t.info().ty, &b[..]));
-        let s = quant::check_tensors(refs)?;
-        tensors += s.tensors;
-        bytes = bytes.saturating_add(s.bytes);
-        threads = threads.max(s.threads);
-        start = end;
-    }
+    // Checked in place, in the mapping (no copy): a file truncated under
+    // the check is one error line, not a SIGBUS.
+    let _sigbus = super::sigbus::guard(&a.file);
+    let copies: Vec<(usize, Vec<u8>)> = weights
+        .tensors()
+        .enumerate()
+        .filter(|(_, t)| t.host_bytes().is_none())
+        .map(|(i, t)| t.to_vec().map(|v| (i, v)))
+        .collect::<weightmap::Result<_>>()?;
+    let all: Vec<TensorRef<'_>> = weights.tensors().collect();
+    let refs = all.iter().enumerate().map(|(i, t)| {
+        let bytes = match t.host_bytes() {
+            Some(b) => b,
+            None => copies
+                .iter()
+                .find(|c| c.0 == i)
+                .map_or(&[][..], |c| &c.1[..]),
+        };
+        (t.info().name.as_str(), t.info().ty, bytes)
+    });
+    let s = quant::check_tensors(refs)?;
+    let (tensors, bytes, threads) = (s.tensors, s.bytes, s.threads);
     let secs = t0.elapsed().as_secs_f64();
     let gbps = if secs > 0.0 {
         bytes as f64 / secs / 1e9
