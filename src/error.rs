@@ -521,6 +521,10 @@ pub enum Error {
         /// The buffer type.
         buffer_type: String,
     },
+    /// The progress callback asked to stop: every reading thread has
+    /// stopped and every buffer of the load was freed.
+    #[error("the load was cancelled by its progress callback")]
+    Cancelled,
     /// `mlock` of the tensor region failed.
     #[error("mlock of {len} bytes failed (RLIMIT_MEMLOCK soft limit {limit}): {source}; raise it with `ulimit -l` or drop the lock option")]
     Mlock {
@@ -610,6 +614,7 @@ impl Error {
             Error::NonFiniteData { .. } => "non_finite_data",
             Error::MmapFailed { .. } => "mmap_failed",
             Error::FallbackFailed { .. } => "fallback_failed",
+            Error::Cancelled => "cancelled",
             Error::AllocSizeTooSmall { .. } => "alloc_size_too_small",
             Error::HostPtrUnsupported { .. } => "host_ptr_unsupported",
             Error::Mlock { .. } => "mlock",

@@ -341,6 +341,21 @@ pub fn evict(path: &Path) -> io::Result<()> {
     Err(io::Error::from(io::ErrorKind::Unsupported))
 }
 
+/// Turn off the kernel's read-ahead on `file`'s descriptor
+/// (`POSIX_FADV_RANDOM`), so that reading its header caches the header's
+/// pages only: for a load whose tensors are read with direct I/O. Advisory;
+/// a no-op where the platform has no `posix_fadvise`.
+pub fn advise_no_readahead(file: &File) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: posix_fadvise only reads its integer arguments.
+        let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = file;
+}
+
 /// How much of the file at `path` is in the page cache, measured with
 /// `mincore` over a mapping whose bytes are never read (what `fincore`
 /// prints).

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use serde_json::json;
 use sha2::{Digest, Sha256};
+use weightmap::loader::DirectIo;
 use weightmap::{AccessAdvice, AdvicePolicy, LoadOptions, Prefetch, Weights};
 
 use super::proc_status::{Faults, MemStatus};
@@ -59,6 +60,13 @@ pub struct Args {
     /// tensor would have to be copied, instead of copying just those.
     #[arg(long)]
     require_all_mapped: bool,
+    /// Direct I/O on the stream path: auto (direct unless the file is
+    /// mostly in the page cache), on, or off.
+    #[arg(long, value_enum, default_value_t = DirectArg::Auto)]
+    direct_io: DirectArg,
+    /// Threads reading copied tensors (0: the available parallelism, at most 4).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
     /// Drop the file from the page cache before loading (a cold start).
     #[arg(long)]
     evict: bool,
@@ -94,6 +102,27 @@ impl From<AdviceArg> for AdvicePolicy {
             AdviceArg::Random => AdvicePolicy::Uniform(AccessAdvice::Random),
             AdviceArg::Normal => AdvicePolicy::Uniform(AccessAdvice::Normal),
             AdviceArg::Sequential => AdvicePolicy::Uniform(AccessAdvice::Sequential),
+        }
+    }
+}
+
+/// `--direct-io`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DirectArg {
+    /// Direct unless the file is mostly cached.
+    Auto,
+    /// Direct where the layout and filesystem allow.
+    On,
+    /// Through the page cache.
+    Off,
+}
+
+impl From<DirectArg> for DirectIo {
+    fn from(d: DirectArg) -> DirectIo {
+        match d {
+            DirectArg::Auto => DirectIo::Auto,
+            DirectArg::On => DirectIo::On,
+            DirectArg::Off => DirectIo::Off,
         }
     }
 }
@@ -158,7 +187,9 @@ pub fn run(a: &Args) -> CliResult {
         .fallback(!a.no_fallback)
         .advice(a.advice.into())
         .prefetch(a.prefetch.into())
-        .require_all_mapped(a.require_all_mapped);
+        .require_all_mapped(a.require_all_mapped)
+        .direct_io(a.direct_io.into())
+        .read_threads(a.threads);
     let resident_before = if a.evict { Some(evict(&a.file)?) } else { None };
     let faults0 = Faults::read();
     // SAFETY: the file must not change while `weights` lives. This command
@@ -226,6 +257,11 @@ pub fn run(a: &Args) -> CliResult {
             "major_faults": faults.map(|f| f.major),
             "minor_faults": faults.map(|f| f.minor),
             "resident_before_pct": resident_before.map(round3),
+            "read": r.read.as_ref().map(|rd| json!({
+                "threads": rd.threads,
+                "direct": rd.direct.to_string(),
+                "direct_used": rd.direct == weightmap::loader::DirectOutcome::Used,
+            })),
             "prefetch": r.prefetch.to_string(),
             "prefetch_kind": r.prefetch.kind(),
             "prefetched_bytes": prefetched,
@@ -292,6 +328,13 @@ pub fn run(a: &Args) -> CliResult {
                 vec!["bytes mapped:".into(), r.bytes_mapped.to_string()],
                 vec!["bytes copied:".into(), r.bytes_copied.to_string()],
                 vec!["prefetch:".into(), r.prefetch.to_string()],
+                vec![
+                    "reads:".into(),
+                    r.read.as_ref().map_or_else(
+                        || "none (nothing copied)".into(),
+                        |rd| format!("{}, {} threads", rd.direct, rd.threads),
+                    ),
+                ],
                 vec![
                     "random-access tensors:".into(),
                     if r.random_access_tensors.is_empty() {

@@ -11,7 +11,8 @@ use crate::format::Header;
 use crate::mmap::Mapping;
 use crate::prefetch::{self, Prefetch, PrefetchDecision, Prefetcher};
 
-use super::place::{add, copy_group, Group, Placed};
+use super::place::{add, copy_group, plan, Group, Placed, ReadCtx};
+use super::read::{DirectOutcome, Progress, ReadReport};
 use super::report::{CopiedTensor, CopyReason, PlacementKind};
 use super::weights::{HeaderBytes, Loaded};
 use super::{open_checked, LoadOptions};
@@ -209,17 +210,34 @@ pub(crate) unsafe fn map_path_on(
         }
         placed.push(buffer, &g.tensors, placements, PlacementKind::Mapped);
     }
-    // 9. Copies: read from the file straight into one owned buffer per type.
-    for g in &copies {
-        let (buffer, placements) = copy_group(
-            &file,
+    // 9. Copies: read from the file straight into one owned buffer per
+    //    type, in parallel (buffered: the file is mapped anyway).
+    let mut read = None;
+    if !copies.is_empty() {
+        let mut plans = Vec::with_capacity(copies.len());
+        let mut total = 0u64;
+        for g in &copies {
+            let (layout, bytes, _) = plan(g.bt.as_ref(), infos, &g.tensors, false)?;
+            total += bytes;
+            plans.push(layout);
+        }
+        let progress = Progress::new(opts.progress.clone(), total);
+        let ctx = ReadCtx {
+            file: &file,
             path,
-            g.bt.as_ref(),
-            infos,
-            &g.tensors,
-            opts.staging_bytes,
-        )?;
-        placed.push(buffer, &g.tensors, placements, PlacementKind::Copied);
+            staging_bytes: opts.staging_bytes,
+            threads: opts.threads(),
+            progress: &progress,
+        };
+        for (g, layout) in copies.iter().zip(plans) {
+            let (buffer, placements, _) =
+                copy_group(&ctx, g.bt.as_ref(), infos, &g.tensors, layout)?;
+            placed.push(buffer, &g.tensors, placements, PlacementKind::Copied);
+        }
+        read = Some(ReadReport {
+            threads: ctx.threads,
+            direct: DirectOutcome::Off,
+        });
     }
     let (buffers, buffer_reports, slots) = placed.finish();
 
@@ -257,6 +275,7 @@ pub(crate) unsafe fn map_path_on(
         prefetch,
         random_access,
         copied,
+        read,
     })
 }
 

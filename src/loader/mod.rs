@@ -39,6 +39,7 @@ mod handle;
 mod mapped;
 mod options;
 mod place;
+mod read;
 mod report;
 mod stream;
 mod weights;
@@ -47,6 +48,7 @@ pub use crate::error::FallbackReason;
 pub use crate::prefetch::{AdvicePolicy, Prefetch};
 pub use handle::{Scope, Tensor};
 pub use options::{LoadMode, LoadOptions, Route};
+pub use read::{DirectIo, DirectOutcome, ProgressFn, ReadReport, PROGRESS_STEP};
 pub use report::{BufferReport, CopiedTensor, CopyReason, LoadReport, PlacementKind};
 pub use weights::{MappedWeights, OwnedTensor, TensorRef, Weights, WeightsHeader};
 

@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use crate::buffer::{BufferType, CpuBufferType};
 use crate::prefetch::{AdvicePolicy, Prefetch};
+
+use super::read::{DirectIo, ProgressFn};
 use crate::tensor::TensorInfo;
 
 /// Which load path to take.
@@ -84,6 +86,16 @@ pub struct LoadOptions {
     /// Bytes of the staging buffer used to copy into a buffer that is not
     /// host-visible (default 4 MiB).
     pub staging_bytes: usize,
+    /// Threads reading copied tensors (default 0: the available
+    /// parallelism, at most 4).
+    pub read_threads: usize,
+    /// Direct I/O on the stream path (default [`DirectIo::Auto`]).
+    pub direct_io: DirectIo,
+    /// Called with `(bytes_done, bytes_total)` as tensors are read (the
+    /// stream path, copies, and the mapped path's prefetch); returning
+    /// `Break` cancels the load with [`crate::Error::Cancelled`] (or stops a
+    /// background prefetch). Default none.
+    pub progress: Option<ProgressFn>,
 }
 
 impl Default for LoadOptions {
@@ -98,6 +110,9 @@ impl Default for LoadOptions {
             route: None,
             require_all_mapped: false,
             staging_bytes: 4 << 20,
+            read_threads: 0,
+            direct_io: DirectIo::Auto,
+            progress: None,
         }
     }
 }
@@ -114,6 +129,9 @@ impl fmt::Debug for LoadOptions {
             .field("route", &self.route.as_ref().map(|_| "<fn>"))
             .field("require_all_mapped", &self.require_all_mapped)
             .field("staging_bytes", &self.staging_bytes)
+            .field("read_threads", &self.read_threads)
+            .field("direct_io", &self.direct_io)
+            .field("progress", &self.progress.as_ref().map(|_| "<fn>"))
             .finish()
     }
 }
@@ -184,6 +202,35 @@ impl LoadOptions {
     pub fn staging_bytes(mut self, n: usize) -> Self {
         self.staging_bytes = n;
         self
+    }
+
+    /// Set [`LoadOptions::read_threads`].
+    pub fn read_threads(mut self, n: usize) -> Self {
+        self.read_threads = n;
+        self
+    }
+
+    /// Set [`LoadOptions::direct_io`].
+    pub fn direct_io(mut self, d: DirectIo) -> Self {
+        self.direct_io = d;
+        self
+    }
+
+    /// Set [`LoadOptions::progress`].
+    pub fn progress(
+        mut self,
+        f: impl Fn(u64, u64) -> std::ops::ControlFlow<()> + Send + Sync + 'static,
+    ) -> Self {
+        self.progress = Some(Arc::new(f));
+        self
+    }
+
+    pub(crate) fn threads(&self) -> usize {
+        if self.read_threads == 0 {
+            super::read::default_threads()
+        } else {
+            self.read_threads
+        }
     }
 
     /// The buffer type tensor `t` goes to.

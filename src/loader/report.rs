@@ -121,6 +121,9 @@ pub struct LoadReport {
     /// What the prefetch policy did (see `Weights::prefetch_progress` for
     /// how far a background prefetch has got).
     pub prefetch: PrefetchDecision,
+    /// How copied tensors were read (threads, direct I/O); `None` when
+    /// nothing was copied.
+    pub read: Option<super::ReadReport>,
     /// The tensors advised `MADV_RANDOM` as row-lookup tables under
     /// [`crate::AdvicePolicy::PerTensor`] (empty otherwise, and on the
     /// stream path).

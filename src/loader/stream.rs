@@ -1,5 +1,5 @@
 //! The stream path: read the header, then every tensor into owned buffers,
-//! one per buffer type.
+//! one per buffer type, in parallel, directly from storage where that wins.
 
 use std::path::Path;
 
@@ -7,15 +7,42 @@ use crate::error::Result;
 use crate::format::read_header;
 use crate::prefetch::PrefetchDecision;
 
-use super::place::{add, copy_group, Group, Placed};
+use super::place::{add, copy_group, plan, Group, Placed, ReadCtx};
+use super::read::{DirectIo, DirectOutcome, Progress, ReadReport};
 use super::report::PlacementKind;
 use super::weights::{HeaderBytes, Loaded};
 use super::{open_checked, LoadOptions};
+
+/// Whether this load may read directly, or why not.
+fn direct_wanted(path: &Path, opts: &LoadOptions) -> std::result::Result<(), DirectOutcome> {
+    match opts.direct_io {
+        DirectIo::Off => Err(DirectOutcome::Off),
+        _ if !cfg!(target_os = "linux") => Err(DirectOutcome::NotApplicable {
+            reason: "O_DIRECT is Linux-only".into(),
+        }),
+        DirectIo::On => Ok(()),
+        DirectIo::Auto => match crate::mmap::file_residency(path) {
+            // From a warm cache, a copy out of it beats a read from storage.
+            Ok(r) if r.fraction() >= 0.5 => Err(DirectOutcome::Skipped {
+                reason: format!("{:.0}% of the file is in the page cache", r.fraction() * 100.0),
+            }),
+            Ok(_) => Ok(()),
+            Err(e) => Err(DirectOutcome::NotApplicable {
+                reason: format!("residency unknown: {e}"),
+            }),
+        },
+    }
+}
 
 /// Load `path` into owned buffers: validate the header (read in growing
 /// prefixes, never past it), then read each tensor once into its place.
 pub(crate) fn stream_path(path: &Path, opts: &LoadOptions) -> Result<Loaded> {
     let (file, meta) = open_checked(path)?;
+    let wanted = direct_wanted(path, opts);
+    if wanted.is_ok() {
+        // Only the header's own pages go through the page cache.
+        crate::mmap::advise_no_readahead(&file);
+    }
     let (header, header_bytes) = read_header(&file, meta.len(), path)?;
     let infos = header.tensors();
     let mut groups: Vec<Group> = Vec::new();
@@ -29,19 +56,46 @@ pub(crate) fn stream_path(path: &Path, opts: &LoadOptions) -> Result<Loaded> {
             tensors: Vec::new(),
         });
     }
-    let mut placed = Placed::new(infos.len());
+    // Plan every buffer first, so progress knows the total.
+    let mut plans = Vec::with_capacity(groups.len());
+    let mut total = 0u64;
+    let mut why_not = wanted.clone().err();
     for g in &groups {
-        let (buffer, placements) = copy_group(
-            &file,
-            path,
-            g.bt.as_ref(),
-            infos,
-            &g.tensors,
-            opts.staging_bytes,
-        )?;
+        let (layout, bytes, not) = plan(g.bt.as_ref(), infos, &g.tensors, wanted.is_ok())?;
+        if let Some(reason) = not {
+            why_not.get_or_insert(DirectOutcome::NotApplicable { reason });
+        }
+        total += bytes;
+        plans.push(layout);
+    }
+    let progress = Progress::new(opts.progress.clone(), total);
+    let threads = opts.threads();
+    let ctx = ReadCtx {
+        file: &file,
+        path,
+        staging_bytes: opts.staging_bytes,
+        threads,
+        progress: &progress,
+    };
+    let mut placed = Placed::new(infos.len());
+    let mut used_direct = false;
+    for (g, layout) in groups.iter().zip(plans) {
+        let (buffer, placements, outcome) = copy_group(&ctx, g.bt.as_ref(), infos, &g.tensors, layout)?;
+        match outcome {
+            Some(DirectOutcome::Used) => used_direct = true,
+            Some(o) => {
+                why_not.get_or_insert(o);
+            }
+            None => {}
+        }
         placed.push(buffer, &g.tensors, placements, PlacementKind::Copied);
     }
     let (buffers, buffer_reports, slots) = placed.finish();
+    let direct = match why_not {
+        Some(o) => o,
+        None if used_direct => DirectOutcome::Used,
+        None => DirectOutcome::Off,
+    };
     Ok(Loaded {
         path: path.to_owned(),
         header,
@@ -54,5 +108,6 @@ pub(crate) fn stream_path(path: &Path, opts: &LoadOptions) -> Result<Loaded> {
         prefetch: PrefetchDecision::NotMapped,
         random_access: Vec::new(),
         copied: Vec::new(),
+        read: Some(ReadReport { threads, direct }),
     })
 }

@@ -44,6 +44,7 @@ pub(crate) struct Loaded {
     pub prefetch: PrefetchDecision,
     pub random_access: Vec<usize>,
     pub copied: Vec<CopiedTensor>,
+    pub read: Option<super::ReadReport>,
 }
 
 impl Loaded {
@@ -94,6 +95,7 @@ impl Loaded {
             file_len: self.header.file_len(),
             elapsed: t0.elapsed(),
             prefetch: self.prefetch.clone(),
+            read: self.read.clone(),
             random_access_tensors: self
                 .random_access
                 .iter()
