@@ -277,7 +277,7 @@ pub enum Error {
     // ---- ggml-exact validation (validate --ggml) ------------------------------
     /// A file weightmap accepts that ggml's reference parser (and so
     /// llama.cpp) refuses; see [`crate::gguf::ggml`].
-    #[error("llama.cpp would refuse this file: {rule}: {detail}")]
+    #[error("{} would refuse this file: {rule}: {detail}", .rule.refused_by())]
     GgmlWouldRefuse {
         /// The ggml rule broken.
         rule: crate::gguf::ggml::GgmlRule,

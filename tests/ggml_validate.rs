@@ -152,7 +152,11 @@ fn assert_cli_ggml_refuses(path: &Path, rule: GgmlRule, detail_part: &str) {
     let (code, out, err) = validate(path, true);
     assert_eq!(code, Some(1), "--ggml refuses {path:?}: {out}");
     assert_eq!(out, "", "nothing on stdout when refused");
-    let want = format!("error: llama.cpp would refuse this file: {}: ", rule.name());
+    let want = format!(
+        "error: {} would refuse this file: {}: ",
+        rule.refused_by(),
+        rule.name()
+    );
     assert!(err.starts_with(&want), "{err}");
     assert!(
         err.contains(detail_part),
@@ -276,6 +280,14 @@ fn tensors_out_of_order_are_refused() {
 #[test]
 fn missing_data_section_padding_is_refused() {
     let bytes = unpadded();
+    let e = ggml(&bytes).unwrap_err();
+    assert!(
+        e.to_string().starts_with(
+            "ggml's gguf_init_from_file with tensor data (not llama.cpp's loader, which reads \
+             metadata only) would refuse this file: data_section: "
+        ),
+        "{e}"
+    );
     let (rule, detail) = refused(&bytes);
     assert_eq!(rule, GgmlRule::DataSection);
     assert!(

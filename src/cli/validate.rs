@@ -20,10 +20,12 @@ pub struct Args {
     data: bool,
     /// Also apply the rules of ggml's reference parser (gguf.cpp) that the
     /// default checks do not: tensors packed in file order with no gaps,
-    /// the data section padded to the alignment within the file, strings
-    /// of at most 1 GiB, arrays of at most 2^30 elements, tensor names
-    /// unique up to a NUL byte. Answers "will llama.cpp load this file?".
-    /// GGUF only: a safetensors file fails (llama.cpp does not load it).
+    /// strings of at most 1 GiB, arrays of at most 2^30 elements, tensor
+    /// names unique up to a NUL byte (llama.cpp refuses files that break
+    /// these), and the data section padded to the alignment within the file
+    /// (ggml needs it when it reads tensor data; llama.cpp's loader does
+    /// not, and the error says so). Answers "will llama.cpp load this
+    /// file?". GGUF only: a safetensors file fails (llama.cpp loads GGUF only).
     #[arg(long)]
     ggml: bool,
 }

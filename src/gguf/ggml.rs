@@ -23,7 +23,9 @@
 //!    in file order, packed, with no gaps (`ti.offset != ctx->size`).
 //! 5. [`GgmlRule::DataSection`]: the data section, the last tensor's
 //!    padding included, lies within the file (ggml reads `ctx->size` bytes
-//!    from the data offset when it loads tensor data).
+//!    from the data offset when it loads tensor data). llama.cpp's model
+//!    loader does not load tensor data through ggml, so this is the one
+//!    rule llama.cpp itself does not apply; see [`GgmlRule::refused_by`].
 //!
 //! ```
 //! use weightmap::gguf::{self, Gguf};
@@ -92,6 +94,21 @@ impl GgmlRule {
             GgmlRule::TensorName => "tensor_name",
             GgmlRule::PackedOffsets => "packed_offsets",
             GgmlRule::DataSection => "data_section",
+        }
+    }
+
+    /// Who refuses a file that breaks the rule: `"llama.cpp"` for every rule
+    /// but [`GgmlRule::DataSection`], which only readers that load tensor
+    /// data through ggml (`gguf_init_from_file` with `no_alloc = false`)
+    /// apply; llama.cpp's model loader reads metadata only (`no_alloc =
+    /// true`) and checks each tensor's end, which the default rules do too.
+    pub fn refused_by(self) -> &'static str {
+        match self {
+            GgmlRule::DataSection => {
+                "ggml's gguf_init_from_file with tensor data (not llama.cpp's loader, \
+                 which reads metadata only)"
+            }
+            _ => "llama.cpp",
         }
     }
 
