@@ -274,6 +274,26 @@ pub enum Error {
         other: String,
     },
 
+    // ---- ggml-exact validation (validate --ggml) ------------------------------
+    /// A file weightmap accepts that ggml's reference parser (and so
+    /// llama.cpp) refuses; see [`crate::gguf::ggml`].
+    #[error("{} would refuse this file: {rule}: {detail}", .rule.refused_by())]
+    GgmlWouldRefuse {
+        /// The ggml rule broken.
+        rule: crate::gguf::ggml::GgmlRule,
+        /// What broke it and where: the key or tensor, sizes, offsets.
+        detail: String,
+    },
+    /// Metadata that does not hold every entry its header lists (read over
+    /// fewer bytes than the header was parsed from), so it cannot be checked.
+    #[error("metadata holds {found} of the header's {expected} entries: read it over the bytes the header was parsed from")]
+    MetadataIncomplete {
+        /// Entries in the header.
+        expected: usize,
+        /// Entries readable from the bytes given.
+        found: usize,
+    },
+
     // ---- safetensors ---------------------------------------------------------
     /// The safetensors header is invalid (as judged by the `safetensors` crate or by weightmap).
     #[error("safetensors header: {detail}")]
@@ -590,6 +610,8 @@ impl Error {
             Error::MisalignedOffset { .. } => "misaligned_offset",
             Error::TensorOutOfBounds { .. } => "tensor_out_of_bounds",
             Error::TensorOverlap { .. } => "tensor_overlap",
+            Error::GgmlWouldRefuse { .. } => "ggml_would_refuse",
+            Error::MetadataIncomplete { .. } => "metadata_incomplete",
             Error::SafetensorsHeader { .. } => "safetensors_header",
             Error::KeyNotFound { .. } => "key_not_found",
             Error::WrongValueType { .. } => "wrong_value_type",

@@ -1,11 +1,12 @@
-//! `weightmap validate FILE [--data]`.
+//! `weightmap validate FILE [--data] [--ggml]`.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
-use weightmap::{quant, LoadOptions, TensorRef, Weights, WeightsHeader};
+use weightmap::gguf::ggml::{self, GgmlRule};
+use weightmap::{quant, Header, LoadOptions, TensorRef, Weights, WeightsHeader};
 
-use super::{emit, escape, CliResult};
+use super::{emit, escape, CliError, CliResult};
 
 /// Arguments of `validate`.
 #[derive(Debug, clap::Args)]
@@ -17,6 +18,16 @@ pub struct Args {
     /// --check-tensors does. The file must not change while it is checked.
     #[arg(long)]
     data: bool,
+    /// Also apply the rules of ggml's reference parser (gguf.cpp) that the
+    /// default checks do not: tensors packed in file order with no gaps,
+    /// strings of at most 1 GiB, arrays of at most 2^30 elements, tensor
+    /// names unique up to a NUL byte (llama.cpp refuses files that break
+    /// these), and the data section padded to the alignment within the file
+    /// (ggml needs it when it reads tensor data; llama.cpp's loader does
+    /// not, and the error says so). Answers "will llama.cpp load this
+    /// file?". GGUF only: a safetensors file fails (llama.cpp loads GGUF only).
+    #[arg(long)]
+    ggml: bool,
 }
 
 pub fn run(a: &Args) -> CliResult {
@@ -43,11 +54,38 @@ pub fn run(a: &Args) -> CliResult {
             t.file_offset
         ));
     }
+    if a.ggml {
+        out.push_str(&check_ggml(a, &wh)?);
+    }
     if a.data {
         // Nothing goes to stdout unless the data is clean too.
         out.push_str(&check_data(a)?);
     }
     emit(&out)
+}
+
+/// The ggml rules; the report line.
+fn check_ggml(a: &Args, wh: &WeightsHeader) -> CliResult<String> {
+    let (Header::Gguf(h), Some(md)) = (wh.header(), wh.gguf_metadata()) else {
+        return Err(CliError::msg(format!(
+            "{}: --ggml applies to GGUF files only; this file is {} (llama.cpp loads GGUF only)",
+            a.file.display(),
+            wh.header().format().name()
+        )));
+    };
+    let s = ggml::check_ggml(h, &md)?;
+    let rules: Vec<&str> = GgmlRule::ALL.iter().map(|r| r.description()).collect();
+    Ok(format!(
+        "llama.cpp would load this file (ggml's rules: {}; {} keys, {} strings, {} arrays, \
+         {} tensors in a {}-byte data section aligned to {})\n",
+        rules.join(", "),
+        s.keys,
+        s.strings,
+        s.arrays,
+        s.tensors,
+        s.data_section_len,
+        h.alignment()
+    ))
 }
 
 /// Load the file and check every tensor's data; the report line.

@@ -11,6 +11,7 @@
 //! what is rejected. No allocation is sized by a count the file claims: tables
 //! grow one parsed entry at a time, and each entry consumes real bytes.
 
+pub mod ggml;
 mod metadata;
 mod parse;
 #[cfg(feature = "write")]

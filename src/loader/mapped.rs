@@ -230,9 +230,8 @@ pub(crate) unsafe fn map_path_on(
             progress: &progress,
         };
         for (g, layout) in copies.iter().zip(plans) {
-            let (buffer, placements, _) =
-                copy_group(&ctx, g.bt.as_ref(), infos, &g.tensors, layout)?;
-            placed.push(buffer, &g.tensors, placements, PlacementKind::Copied);
+            let f = copy_group(&ctx, g.bt.as_ref(), infos, &g.tensors, layout)?;
+            placed.push(f.buffer, &g.tensors, f.placements, PlacementKind::Copied);
         }
         read = Some(ReadReport {
             threads: ctx.threads,

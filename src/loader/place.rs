@@ -171,7 +171,10 @@ pub(crate) fn plan(
         return packed(None);
     }
     if !bt.is_host() {
-        return packed(Some(format!("buffer type '{}' is not host memory", bt.name())));
+        return packed(Some(format!(
+            "buffer type '{}' is not host memory",
+            bt.name()
+        )));
     }
     let align = bt.alignment();
     if align > DIRECT_ALIGN {
@@ -194,7 +197,11 @@ pub(crate) fn plan(
         }
     }
     let start = idx.iter().map(|&i| infos[i].file_offset).min().unwrap_or(0);
-    let end = idx.iter().map(|&i| infos[i].file_range().end).max().unwrap_or(0);
+    let end = idx
+        .iter()
+        .map(|&i| infos[i].file_range().end)
+        .max()
+        .unwrap_or(0);
     let base = start / DIRECT_ALIGN as u64 * DIRECT_ALIGN as u64;
     let span = (end - base).next_multiple_of(DIRECT_ALIGN as u64);
     let tensors: u64 = idx.iter().map(|&i| infos[i].nbytes).sum();
@@ -218,6 +225,14 @@ pub(crate) fn plan(
     Ok((Layout::Mirror { base, size }, span, None))
 }
 
+/// An owned buffer filled with its tensors.
+pub(crate) struct Filled {
+    pub buffer: Box<dyn Buffer>,
+    pub placements: Vec<Placement>,
+    /// For a mirrored layout: whether the reads were direct, or why not.
+    pub direct: Option<DirectOutcome>,
+}
+
 /// Allocate one buffer of `bt` for tensors `idx`, laid out as `layout`, and
 /// read them into it from the file: on a host buffer in parallel positioned
 /// reads straight into place (with `O_DIRECT` for a mirrored layout), on any
@@ -228,7 +243,7 @@ pub(crate) fn copy_group(
     infos: &[TensorInfo],
     idx: &[usize],
     layout: Layout,
-) -> Result<(Box<dyn Buffer>, Vec<Placement>, Option<DirectOutcome>)> {
+) -> Result<Filled> {
     let (offsets, total, mirror) = match layout {
         Layout::Packed { offsets, total } => (offsets, total, None),
         Layout::Mirror { base, size } => (
@@ -271,7 +286,13 @@ pub(crate) fn copy_group(
                 });
             } else {
                 match read_direct(ctx.path, dst, base, ctx.threads, ctx.progress)? {
-                    Ok(()) => return Ok((buffer, placements, Some(DirectOutcome::Used))),
+                    Ok(()) => {
+                        return Ok(Filled {
+                            buffer,
+                            placements,
+                            direct: Some(DirectOutcome::Used),
+                        })
+                    }
                     Err(error) => outcome = Some(DirectOutcome::Refused { error }),
                 }
             }
@@ -280,7 +301,11 @@ pub(crate) fn copy_group(
         let mut pieces: Vec<(&mut [u8], u64)> = Vec::with_capacity(idx.len());
         let mut rest: &mut [u8] = dst;
         let mut at = 0usize;
-        let mut order: Vec<(usize, usize)> = idx.iter().copied().zip(placements.iter().map(|p| p.offset)).collect();
+        let mut order: Vec<(usize, usize)> = idx
+            .iter()
+            .copied()
+            .zip(placements.iter().map(|p| p.offset))
+            .collect();
         order.sort_unstable_by_key(|o| o.1);
         for (i, offset) in order {
             let len = infos[i].nbytes as usize;
@@ -308,8 +333,12 @@ pub(crate) fn copy_group(
             let mut done = 0usize;
             while done < p.len {
                 let n = staging.len().min(p.len - done);
-                read_at(ctx.file, &mut staging[..n], infos[i].file_offset + done as u64)
-                    .map_err(|e| Error::io("read", ctx.path, e))?;
+                read_at(
+                    ctx.file,
+                    &mut staging[..n],
+                    infos[i].file_offset + done as u64,
+                )
+                .map_err(|e| Error::io("read", ctx.path, e))?;
                 buffer.set(p.offset + done, &staging[..n])?;
                 done += n;
                 if !ctx.progress.add(n as u64) {
@@ -318,5 +347,9 @@ pub(crate) fn copy_group(
             }
         }
     }
-    Ok((buffer, placements, outcome))
+    Ok(Filled {
+        buffer,
+        placements,
+        direct: outcome,
+    })
 }

@@ -128,7 +128,10 @@ impl Progress {
         let done = self.done.fetch_add(n, Ordering::Relaxed) + n;
         if let Some(f) = &self.f {
             let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-            if !self.cancelled() && (done >= *last + PROGRESS_STEP || done >= self.total) && done > *last {
+            if !self.cancelled()
+                && (done >= *last + PROGRESS_STEP || done >= self.total)
+                && done > *last
+            {
                 *last = done;
                 if f(done.min(self.total), self.total).is_break() {
                     self.cancelled.store(true, Ordering::Relaxed);

@@ -24,7 +24,10 @@ fn direct_wanted(path: &Path, opts: &LoadOptions) -> std::result::Result<(), Dir
         DirectIo::Auto => match crate::mmap::file_residency(path) {
             // From a warm cache, a copy out of it beats a read from storage.
             Ok(r) if r.fraction() >= 0.5 => Err(DirectOutcome::Skipped {
-                reason: format!("{:.0}% of the file is in the page cache", r.fraction() * 100.0),
+                reason: format!(
+                    "{:.0}% of the file is in the page cache",
+                    r.fraction() * 100.0
+                ),
             }),
             Ok(_) => Ok(()),
             Err(e) => Err(DirectOutcome::NotApplicable {
@@ -80,15 +83,15 @@ pub(crate) fn stream_path(path: &Path, opts: &LoadOptions) -> Result<Loaded> {
     let mut placed = Placed::new(infos.len());
     let mut used_direct = false;
     for (g, layout) in groups.iter().zip(plans) {
-        let (buffer, placements, outcome) = copy_group(&ctx, g.bt.as_ref(), infos, &g.tensors, layout)?;
-        match outcome {
+        let f = copy_group(&ctx, g.bt.as_ref(), infos, &g.tensors, layout)?;
+        match f.direct {
             Some(DirectOutcome::Used) => used_direct = true,
             Some(o) => {
                 why_not.get_or_insert(o);
             }
             None => {}
         }
-        placed.push(buffer, &g.tensors, placements, PlacementKind::Copied);
+        placed.push(f.buffer, &g.tensors, f.placements, PlacementKind::Copied);
     }
     let (buffers, buffer_reports, slots) = placed.finish();
     let direct = match why_not {
