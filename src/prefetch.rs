@@ -30,6 +30,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use crate::format::Header;
+use crate::loader::ProgressFn;
 use crate::mmap::{AccessAdvice, Mapping};
 
 /// Reading the mapped tensor region ahead of use.
@@ -326,6 +327,8 @@ pub enum PrefetchState {
     /// Stopped early: the kernel refused a read (a file truncated
     /// underneath gives `EFAULT` here rather than a signal).
     StoppedByError,
+    /// Stopped early: the progress callback returned `Break`.
+    Cancelled,
 }
 
 const RUNNING: u8 = 0;
@@ -333,6 +336,7 @@ const FINISHED: u8 = 1;
 const STOPPED_MEMORY: u8 = 2;
 const STOPPED_ERROR: u8 = 3;
 const STOPPED_DROP: u8 = 4;
+const STOPPED_CANCEL: u8 = 5;
 
 /// Bytes mapped per `MADV_POPULATE_READ` call, and the granule of progress
 /// and of stopping.
@@ -384,6 +388,7 @@ fn read_in_order(
     ranges: &[(usize, usize)],
     shared: &Shared,
     mem: Option<(MemReader, u8)>,
+    progress: Option<&ProgressFn>,
 ) -> u8 {
     let total = shared.total;
     let mut done = 0u64;
@@ -407,6 +412,12 @@ fn read_in_order(
             pos += n;
             done += n as u64;
             shared.done.store(done, Ordering::Relaxed);
+            // Once per chunk: a bounded rate.
+            if let Some(f) = progress {
+                if f(done, total).is_break() {
+                    return STOPPED_CANCEL;
+                }
+            }
             if let Some((avail, pct)) = mem {
                 if done >= next_check && done < total {
                     next_check = done + RECHECK as u64;
@@ -425,10 +436,15 @@ fn total_of(ranges: &[(usize, usize)]) -> u64 {
     ranges.iter().map(|r| (r.1 - r.0) as u64).sum()
 }
 
-/// Read and map `ranges` in the calling thread ([`Prefetch::Populate`]).
-pub(crate) fn populate(map: &Mapping, ranges: &[(usize, usize)]) {
+/// Read and map `ranges` in the calling thread ([`Prefetch::Populate`]);
+/// false if `progress` cancelled it.
+pub(crate) fn populate(
+    map: &Mapping,
+    ranges: &[(usize, usize)],
+    progress: Option<&ProgressFn>,
+) -> bool {
     let shared = Shared::new(total_of(ranges));
-    read_in_order(map, ranges, &shared, None);
+    read_in_order(map, ranges, &shared, None, progress) != STOPPED_CANCEL
 }
 
 /// A background prefetch of a mapping's tensor region, stopped and joined on
@@ -447,6 +463,7 @@ impl Prefetcher {
         ranges: Vec<(usize, usize)>,
         max_percent: u8,
         mem: MemReader,
+        progress: Option<ProgressFn>,
     ) -> (Option<Prefetcher>, PrefetchDecision) {
         let bytes = total_of(&ranges);
         let avail = match decide(bytes, mem(), max_percent) {
@@ -459,7 +476,8 @@ impl Prefetcher {
             .name("weightmap-prefetch".into())
             .stack_size(64 << 10)
             .spawn(move || {
-                let state = read_in_order(&m, &ranges, &s, Some((mem, max_percent)));
+                let state =
+                    read_in_order(&m, &ranges, &s, Some((mem, max_percent)), progress.as_ref());
                 s.finish(state);
             });
         match spawned {
@@ -489,6 +507,7 @@ impl Prefetcher {
             RUNNING => PrefetchState::Running,
             FINISHED => PrefetchState::Finished,
             STOPPED_MEMORY => PrefetchState::StoppedForMemory,
+            STOPPED_CANCEL => PrefetchState::Cancelled,
             _ => PrefetchState::StoppedByError,
         };
         PrefetchProgress {
@@ -543,18 +562,18 @@ mod tests {
         let (_f, map) = mapped_file(3 * CHUNK);
         let len = map.len();
         // 3 chunks against 4 chunks available at 50%: too large.
-        let (p, d) = Prefetcher::start(&map, vec![(0, len)], 50, || Some(4 * CHUNK as u64));
+        let (p, d) = Prefetcher::start(&map, vec![(0, len)], 50, || Some(4 * CHUNK as u64), None);
         assert!(p.is_none());
         assert!(
             matches!(d, PrefetchDecision::Skipped(SkipReason::TooLarge { bytes, mem_available, max_percent: 50 })
                 if bytes == len as u64 && mem_available == 4 * CHUNK as u64),
             "{d:?}"
         );
-        let (p, d) = Prefetcher::start(&map, vec![(0, len)], 50, || None);
+        let (p, d) = Prefetcher::start(&map, vec![(0, len)], 50, || None, None);
         assert!(p.is_none());
         assert_eq!(d, PrefetchDecision::Skipped(SkipReason::MemoryUnknown));
         // Against 8 chunks it fits and runs to the end.
-        let (p, d) = Prefetcher::start(&map, vec![(0, len)], 50, || Some(8 * CHUNK as u64));
+        let (p, d) = Prefetcher::start(&map, vec![(0, len)], 50, || Some(8 * CHUNK as u64), None);
         assert_eq!(d.kind(), "background");
         let p = p.unwrap();
         let done = p.wait();
@@ -575,7 +594,7 @@ mod tests {
         }
         let (_f, map) = mapped_file(RECHECK + 2 * CHUNK);
         let len = map.len();
-        let (p, _) = Prefetcher::start(&map, vec![(0, len)], 50, shrinking);
+        let (p, _) = Prefetcher::start(&map, vec![(0, len)], 50, shrinking, None);
         let done = p.unwrap().wait();
         assert_eq!(done.state, PrefetchState::StoppedForMemory);
         assert!(done.bytes_done >= RECHECK as u64 && done.bytes_done < len as u64);
@@ -585,7 +604,7 @@ mod tests {
     fn drop_stops_and_joins_the_thread() {
         let (_f, map) = mapped_file(4 * CHUNK);
         let len = map.len();
-        let (p, _) = Prefetcher::start(&map, vec![(0, len)], 100, || Some(u64::MAX / 200));
+        let (p, _) = Prefetcher::start(&map, vec![(0, len)], 100, || Some(u64::MAX / 200), None);
         let p = p.unwrap();
         let shared = Arc::clone(&p.shared);
         drop(p);

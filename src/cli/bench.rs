@@ -31,8 +31,9 @@ memory. The modes (--modes, in this order by default):
   stream        read into one owned buffer
   baseline      one read() of the whole file into one Vec, then the touch
 
-and, on request, mmap-sequential (MADV_SEQUENTIAL, no prefetch) and
-mmap-populate (read and map every page before returning, as llama.cpp).
+and, on request, mmap-sequential (MADV_SEQUENTIAL, no prefetch),
+mmap-populate (read and map every page before returning, as llama.cpp),
+stream-buffered (through the page cache) and stream-direct (O_DIRECT).
 
 Runs are interleaved (mmap, mmap-random, ..., mmap, ...) so that drift
 affects all alike; warmup iterations are run the same way and discarded.
@@ -90,8 +91,13 @@ pub enum Kind {
     MmapSequential,
     /// Mapped, every page read before returning.
     MmapPopulate,
-    /// Streamed into an owned buffer.
+    /// Streamed into an owned buffer (library defaults: direct I/O on a
+    /// cold cache).
     Stream,
+    /// Streamed, always through the page cache.
+    StreamBuffered,
+    /// Streamed, always with O_DIRECT.
+    StreamDirect,
     /// One read() of the whole file, then the touch.
     Baseline,
 }
@@ -105,12 +111,17 @@ impl Kind {
             Kind::MmapSequential => "mmap-sequential",
             Kind::MmapPopulate => "mmap-populate",
             Kind::Stream => "stream",
+            Kind::StreamBuffered => "stream-buffered",
+            Kind::StreamDirect => "stream-direct",
             Kind::Baseline => "baseline",
         }
     }
 
     fn mapped(self) -> bool {
-        !matches!(self, Kind::Stream | Kind::Baseline)
+        !matches!(
+            self,
+            Kind::Stream | Kind::StreamBuffered | Kind::StreamDirect | Kind::Baseline
+        )
     }
 
     fn args(self, file: &Path, cold: bool, hashes: bool) -> Vec<OsString> {
@@ -127,6 +138,8 @@ impl Kind {
             Kind::MmapSequential => mode("mmap", &["--advice", "sequential", "--prefetch", "off"]),
             Kind::MmapPopulate => mode("mmap", &["--prefetch", "populate"]),
             Kind::Stream => mode("stream", &[]),
+            Kind::StreamBuffered => mode("stream", &["--direct-io", "off"]),
+            Kind::StreamDirect => mode("stream", &["--direct-io", "on"]),
         };
         v.push("--json".into());
         if hashes {
@@ -148,6 +161,7 @@ struct Sample {
     ready_ms: Option<f64>,
     major_faults: Option<u64>,
     resident_before_pct: Option<f64>,
+    resident_after_pct: Option<f64>,
     rss_anon_kib: Option<u64>,
     rss_anon_after_touch_kib: Option<u64>,
     rss_file_after_touch_kib: Option<u64>,
@@ -359,6 +373,7 @@ pub fn run(a: &Args) -> CliResult {
                     "major_faults_median": r.median_of(|s| s.major_faults.map(|v| v as f64)),
                     "resident_before_pct_max": r.samples.iter().filter_map(|s| s.resident_before_pct)
                         .max_by(f64::total_cmp).map(round3),
+                    "resident_after_pct_median": r.median_of(|s| s.resident_after_pct).map(round3),
                     "peak_rss_anon_kib": r.peak(|s| s.rss_anon_kib),
                     "peak_rss_anon_after_touch_kib": r.peak(|s| s.rss_anon_after_touch_kib),
                     "peak_rss_file_after_touch_kib": r.peak(|s| s.rss_file_after_touch_kib),
@@ -434,6 +449,7 @@ pub fn run(a: &Args) -> CliResult {
             "RssAnon kB",
             "RssAnon kB touched",
             "VmHWM kB",
+            "cached after %",
         ]
         .map(String::from)
         .to_vec()];
@@ -449,6 +465,8 @@ pub fn run(a: &Args) -> CliResult {
                 kib(r.peak(|s| s.rss_anon_kib)),
                 kib(r.peak(|s| s.rss_anon_after_touch_kib)),
                 kib(r.peak(|s| s.vm_hwm_kib)),
+                r.median_of(|s| s.resident_after_pct)
+                    .map_or_else(|| "n/a".into(), |v| format!("{v:.1}")),
             ]);
         }
         out.push_str(&table(&rows, 1, ""));
@@ -541,6 +559,7 @@ fn run_child(exe: &Path, file: &Path, kind: Kind, cold: bool, hashes: bool) -> C
         ready_ms: v["ready_ms"].as_f64(),
         major_faults: v["major_faults"].as_u64(),
         resident_before_pct: v["resident_before_pct"].as_f64(),
+        resident_after_pct: v["resident_after_pct"].as_f64(),
         rss_anon_kib: v["rss_anon_kib"].as_u64(),
         rss_anon_after_touch_kib: v["rss_anon_after_touch_kib"].as_u64(),
         rss_file_after_touch_kib: v["rss_file_after_touch_kib"].as_u64(),

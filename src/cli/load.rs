@@ -213,6 +213,14 @@ pub fn run(a: &Args) -> CliResult {
         _ => None,
     };
     let prefetched = weights.prefetch_progress().map(|p| p.bytes_done);
+    // With --evict: how much of the file the load (and touch) left cached.
+    let resident_after = if a.evict {
+        weightmap::mmap::file_residency(&a.file)
+            .ok()
+            .map(|r| r.fraction() * 100.0)
+    } else {
+        None
+    };
 
     let mut hashes = Vec::new();
     if a.hashes {
@@ -257,6 +265,7 @@ pub fn run(a: &Args) -> CliResult {
             "major_faults": faults.map(|f| f.major),
             "minor_faults": faults.map(|f| f.minor),
             "resident_before_pct": resident_before.map(round3),
+            "resident_after_pct": resident_after.map(round3),
             "read": r.read.as_ref().map(|rd| json!({
                 "threads": rd.threads,
                 "direct": rd.direct.to_string(),
@@ -346,6 +355,10 @@ pub fn run(a: &Args) -> CliResult {
                 vec![
                     "resident before:".into(),
                     resident_before.map_or_else(|| "n/a".into(), |p| format!("{p:.1}%")),
+                ],
+                vec![
+                    "resident after:".into(),
+                    resident_after.map_or_else(|| "n/a".into(), |p| format!("{p:.1}%")),
                 ],
                 vec!["load time:".into(), format!("{load_ms:.3} ms")],
                 vec!["touch time:".into(), ms(touch_ms)],

@@ -254,12 +254,18 @@ pub(crate) unsafe fn map_path_on(
             (None, PrefetchDecision::WillNeed { bytes })
         }
         Prefetch::Populate => {
-            prefetch::populate(&map, &ranges);
+            if !prefetch::populate(&map, &ranges, opts.progress.as_ref()) {
+                return Err(Error::Cancelled.into());
+            }
             (None, PrefetchDecision::Populated { bytes })
         }
-        Prefetch::Background { max_percent } => {
-            Prefetcher::start(&map, ranges, max_percent, prefetch::mem_available)
-        }
+        Prefetch::Background { max_percent } => Prefetcher::start(
+            &map,
+            ranges,
+            max_percent,
+            prefetch::mem_available,
+            opts.progress.clone(),
+        ),
     };
 
     Ok(Loaded {

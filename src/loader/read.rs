@@ -215,6 +215,12 @@ fn finish(results: Vec<io::Result<bool>>, path: &Path, progress: &Progress) -> R
     Ok(())
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Makes `read_direct` answer as a filesystem that refuses `O_DIRECT`.
+    pub(crate) static FAIL_DIRECT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// The granule of direct reads: offsets, lengths and addresses are
 /// multiples of it (the largest logical block size in common use).
 pub(crate) const DIRECT_ALIGN: usize = 4096;
@@ -231,6 +237,10 @@ pub(crate) fn read_direct(
     threads: usize,
     progress: &Progress,
 ) -> Result<std::result::Result<(), String>> {
+    #[cfg(test)]
+    if FAIL_DIRECT.with(|f| f.get()) {
+        return Ok(Err("Invalid argument (os error 22), injected".into()));
+    }
     #[cfg(target_os = "linux")]
     {
         use std::os::unix::fs::{FileExt, OpenOptionsExt};

@@ -172,3 +172,20 @@ fn a_path_that_now_names_another_file_is_noticed() {
         "{off:?}"
     );
 }
+
+#[test]
+fn a_filesystem_refusing_direct_io_is_read_buffered_and_reported() {
+    use super::read::FAIL_DIRECT;
+    let dir = tempfile::tempdir().unwrap();
+    let (path, data) = fixture(dir.path());
+    FAIL_DIRECT.with(|f| f.set(true));
+    let w = Weights::load_streamed(&path, &LoadOptions::new().direct_io(DirectIo::On));
+    FAIL_DIRECT.with(|f| f.set(false));
+    let w = w.unwrap();
+    match &w.report().read.as_ref().unwrap().direct {
+        DirectOutcome::Refused { error } => assert!(error.contains("injected"), "{error}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(w.tensor("w").unwrap().to_vec().unwrap(), data);
+    assert_eq!(w.tensor("v").unwrap().to_vec().unwrap(), data);
+}
