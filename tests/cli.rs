@@ -302,6 +302,7 @@ fn load_both_modes_give_the_same_bytes() {
         "major_faults",
         "minor_faults",
         "resident_before_pct",
+        "resident_after_pct",
         "read",
         "prefetch",
         "prefetch_kind",
