@@ -756,3 +756,52 @@ fn bench_generates_then_reuses_the_default_model() {
     assert_eq!(third.status.code(), Some(0), "{}", stderr(&third));
     assert!(stderr(&third).contains("generating"), "{}", stderr(&third));
 }
+
+/// Run `args` under a pseudo-terminal (util-linux `script`), so stderr is a
+/// terminal; `None`, with a visible note, where `script` is missing.
+fn run_in_pty(args: &[&str]) -> Option<String> {
+    let mut cmd = String::from(env!("CARGO_BIN_EXE_weightmap"));
+    for a in args {
+        cmd.push(' ');
+        cmd.push_str(a);
+    }
+    match Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .output()
+    {
+        Ok(o) => {
+            assert!(o.status.success(), "{cmd}: {}", stderr(&o));
+            Some(String::from_utf8_lossy(&o.stdout).into_owned())
+        }
+        Err(e) => {
+            eprintln!("SKIPPED progress-bar test: no `script` to make a pseudo-terminal ({e})");
+            None
+        }
+    }
+}
+
+#[test]
+fn progress_bars_show_on_a_terminal_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("m.gguf");
+    let fs = f.to_str().unwrap();
+    let Some(out) = run_in_pty(&[
+        "gen",
+        fs,
+        "--size",
+        "24M",
+        "--vocab",
+        "1000",
+        "--tensors",
+        "30",
+    ]) else {
+        return;
+    };
+    assert!(out.contains("gen: [") && out.contains("MiB"), "{out}");
+    assert!(out.contains("wrote "), "{out}");
+    let out = run_in_pty(&["load", fs, "--mode", "stream", "--direct-io", "off"]).unwrap();
+    assert!(out.contains("load: [") && out.contains("mode:"), "{out}");
+    // Not a terminal: no bar (gen_small checks gen's stderr is empty).
+    let o = run(&["load", fs, "--mode", "stream"]);
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+}

@@ -1,7 +1,6 @@
 //! `weightmap gen OUT [--size BYTES] [--tensors N] [--vocab N] [--types LIST]
 //! [--alignment N] [--format gguf|safetensors] [--seed N]`.
 
-use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use weightmap::gen::{self, GenSpec};
@@ -82,28 +81,10 @@ pub fn run(a: &Args) -> CliResult {
 /// a terminal.
 pub fn generate_with_progress(spec: &GenSpec, out: &Path, label: &str) -> CliResult<gen::Plan> {
     let plan = gen::plan(spec)?;
-    let tty = std::io::stderr().is_terminal();
-    let mut last_pct = u64::MAX;
-    let mut progress = |done: u64, total: u64| {
-        if !tty {
-            return;
-        }
-        let pct = done.saturating_mul(100).checked_div(total).unwrap_or(100);
-        if pct != last_pct {
-            last_pct = pct;
-            let mib = |b: u64| b as f64 / f64::from(1 << 20);
-            let _ = write!(
-                std::io::stderr(),
-                "\r{label}: {pct:3}%  {:.1} / {:.1} MiB",
-                mib(done),
-                mib(total)
-            );
-        }
-    };
+    let pb = super::progress::bar(label);
+    let mut progress = |done: u64, total: u64| super::progress::update(&pb, done, total);
     let result = gen::generate_until(spec, out, &mut progress, super::signals::stop_flag());
-    if tty {
-        let _ = writeln!(std::io::stderr());
-    }
+    pb.finish_and_clear();
     result?;
     Ok(plan)
 }

@@ -190,12 +190,21 @@ pub fn run(a: &Args) -> CliResult {
         .require_all_mapped(a.require_all_mapped)
         .direct_io(a.direct_io.into())
         .read_threads(a.threads);
+    let pb = super::progress::bar("load");
+    let bar = pb.clone();
+    let opts = opts.progress(move |done, total| {
+        super::progress::update(&bar, done, total);
+        std::ops::ControlFlow::Continue(())
+    });
     let resident_before = if a.evict { Some(evict(&a.file)?) } else { None };
     let faults0 = Faults::read();
     // SAFETY: the file must not change while `weights` lives. This command
     // documents that requirement (`load --help`), holds the weights only
     // while it reports on them, and the process exits right after.
     let weights = unsafe { Weights::load(&a.file, &opts)? };
+    if weights.prefetch_progress().is_none() {
+        pb.finish_and_clear();
+    }
     let mem = MemStatus::read();
     let r = weights.report();
     // From here on tensor bytes are read: a file truncated underneath is a
@@ -213,6 +222,7 @@ pub fn run(a: &Args) -> CliResult {
         _ => None,
     };
     let prefetched = weights.prefetch_progress().map(|p| p.bytes_done);
+    pb.finish_and_clear();
     // With --evict: how much of the file the load (and touch) left cached.
     let resident_after = if a.evict {
         weightmap::mmap::file_residency(&a.file)

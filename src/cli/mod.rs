@@ -9,6 +9,7 @@ mod gen;
 mod inspect;
 mod load;
 mod proc_status;
+mod progress;
 mod sigbus;
 mod signals;
 mod touch;
