@@ -259,3 +259,49 @@ fn c_program_checks_fixtures_and_error_paths() {
     let out = build_and_run(&cc, dir.path(), &path, true).unwrap_or_else(|e| panic!("{e}"));
     print!("under ASan: {out}");
 }
+
+/// The README's "From C and C++" example compiles as it stands and runs.
+#[test]
+fn readme_c_example_builds_and_runs() {
+    let Some(cc) = compiler() else {
+        eprintln!("SKIPPED: readme_c_example_builds_and_runs: no C compiler (cc) found");
+        return;
+    };
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let start = readme.find("```c\n").expect("a ```c block in README.md") + 5;
+    let len = readme[start..].find("```").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("readme.c");
+    std::fs::write(&src, &readme[start..start + len]).unwrap();
+    let exe = dir.path().join("readme");
+    let built = Command::new(&cc)
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("include"))
+        .arg(&src)
+        .arg(static_lib())
+        .args(["-lpthread", "-ldl", "-lm", "-o"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let run = Command::new(&exe)
+        .arg(root().join("testdata/tiny-llama.gguf"))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success());
+    assert!(
+        out.starts_with("1 layers\ntoken_embd.weight type 0 ne0 8\n"),
+        "{out}"
+    );
+    let missing = Command::new(&exe)
+        .arg("/nonexistent.gguf")
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent.gguf"));
+}
