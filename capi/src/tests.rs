@@ -1,0 +1,525 @@
+//! Unit tests of the entry points, called as C would call them.
+
+use std::ffi::{CStr, CString};
+use std::ptr::{null, null_mut};
+
+use super::*;
+
+fn fixture(name: &str) -> CString {
+    CString::new(format!("{}/../testdata/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+fn last_error() -> String {
+    let p = wm_last_error();
+    assert!(!p.is_null(), "an error message was set");
+    // SAFETY: a non-null `wm_last_error` is a C string valid until the next
+    // failing call on this thread.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// Loaded weights that `wm_free` releases on drop.
+struct Loaded(*mut wm_weights);
+
+impl Drop for Loaded {
+    fn drop(&mut self) {
+        // SAFETY: from `wm_load`, freed once.
+        unsafe { wm_free(self.0) };
+    }
+}
+
+fn load(name: &str, opts: Option<wm_options>) -> Result<Loaded, (c_int, String)> {
+    let path = fixture(name);
+    let mut out = null_mut();
+    let o = opts.as_ref().map_or(null(), |o| o as *const wm_options);
+    // SAFETY: valid C string, options and out pointer.
+    let rc = unsafe { wm_load(path.as_ptr(), o, &mut out) };
+    if rc == WM_OK {
+        assert!(!out.is_null());
+        Ok(Loaded(out))
+    } else {
+        assert!(out.is_null(), "a failed load leaves NULL in *out");
+        Err((rc, last_error()))
+    }
+}
+
+fn opts(mode: u32, fallback: u32, alignment: u64) -> wm_options {
+    wm_options {
+        mode,
+        fallback,
+        alignment,
+    }
+}
+
+fn tensor(w: &Loaded, name: &str) -> Result<wm_tensor, (c_int, String)> {
+    let name = CString::new(name).unwrap();
+    let mut t = std::mem::MaybeUninit::<wm_tensor>::uninit();
+    // SAFETY: live weights, a C string, room for a wm_tensor.
+    let rc = unsafe { wm_tensor_by_name(w.0, name.as_ptr(), t.as_mut_ptr()) };
+    if rc == WM_OK {
+        // SAFETY: WM_OK means `*out` was written.
+        Ok(unsafe { t.assume_init() })
+    } else {
+        Err((rc, last_error()))
+    }
+}
+
+fn bytes_of(t: &wm_tensor) -> &[u8] {
+    // SAFETY: `data` holds `nbytes` bytes while the weights live, which
+    // the callers' borrows of `Loaded` outlive.
+    unsafe { std::slice::from_raw_parts(t.data.cast::<u8>(), t.nbytes as usize) }
+}
+
+fn file_bytes(name: &str, offset: u64, len: u64) -> Vec<u8> {
+    let all = std::fs::read(fixture(name).to_str().unwrap()).unwrap();
+    all[offset as usize..(offset + len) as usize].to_vec()
+}
+
+#[test]
+fn defaults_are_mmap_with_fallback() {
+    let o = wm_options_default();
+    assert_eq!((o.mode, o.fallback, o.alignment), (0, 1, 0));
+}
+
+#[test]
+fn loads_both_modes_and_describes_tensors() {
+    for (mode, used) in [
+        (WM_MODE_MMAP, 0),
+        (WM_MODE_STREAM, 1),
+        (WM_MODE_MMAP_ALL, 0),
+    ] {
+        let w = load("tiny-llama.gguf", Some(opts(mode, 1, 0))).unwrap();
+        // SAFETY: live weights.
+        unsafe {
+            assert_eq!(wm_mode_used(w.0), used);
+            assert!(wm_fallback_reason(w.0).is_null());
+            assert_eq!(wm_tensor_count(w.0), 12);
+        }
+        let t = tensor(&w, "token_embd.weight").unwrap();
+        // SAFETY: names are C strings while the weights live.
+        assert_eq!(
+            unsafe { CStr::from_ptr(t.name) }.to_str().unwrap(),
+            "token_embd.weight"
+        );
+        assert_eq!((t.ggml_type, t.n_dims), (0, 2));
+        assert_eq!(t.ne, [8, 6, 1, 1]);
+        assert_eq!(t.nb, [4, 32, 192, 192]);
+        assert_eq!((t.nbytes, t.file_offset), (192, 8352));
+        assert_eq!(bytes_of(&t), file_bytes("tiny-llama.gguf", 8352, 192));
+        assert_eq!(t.data as usize % 32, 0, "aligned as the CPU buffer needs");
+
+        let q = tensor(&w, "test.f32_3d").unwrap();
+        assert_eq!((q.n_dims, q.ne, q.nb), (3, [4, 3, 2, 1], [4, 16, 48, 96]));
+        let bf = tensor(&w, "blk.0.attn_q.weight").unwrap();
+        assert_eq!(bf.ggml_type, 30, "BF16 is ggml type 30");
+        let empty = tensor(&w, "test.empty").unwrap();
+        assert_eq!((empty.nbytes, empty.ne), (0, [0, 1, 1, 1]));
+
+        // tensor_at agrees with tensor_by_name, in file order.
+        let mut at = std::mem::MaybeUninit::<wm_tensor>::uninit();
+        // SAFETY: live weights, room for a wm_tensor.
+        assert_eq!(unsafe { wm_tensor_at(w.0, 0, at.as_mut_ptr()) }, WM_OK);
+        // SAFETY: written on WM_OK.
+        let at = unsafe { at.assume_init() };
+        assert_eq!(
+            (at.name, at.data),
+            (t.name, t.data),
+            "the same pointers each call"
+        );
+    }
+}
+
+#[test]
+fn quantized_strides_are_ggml_s() {
+    let w = load("quant-types.gguf", None).unwrap();
+    let t = tensor(&w, "quant.q4_0").unwrap();
+    assert_eq!((t.ggml_type, t.ne), (2, [32, 2, 1, 1]));
+    assert_eq!(
+        t.nb,
+        [18, 18, 36, 36],
+        "nb[0] is the block size, nb[1] a row"
+    );
+    assert_eq!(
+        bytes_of(&t),
+        file_bytes("quant-types.gguf", t.file_offset, 36)
+    );
+}
+
+#[test]
+fn null_pointers_are_bad_arguments() {
+    let path = fixture("tiny-llama.gguf");
+    let mut out = null_mut();
+    // SAFETY: each pointer is NULL or valid.
+    unsafe {
+        assert_eq!(wm_load(null(), null(), &mut out), WM_ERR_BAD_ARGUMENT);
+        assert!(last_error().contains("path is NULL"), "{}", last_error());
+        assert_eq!(
+            wm_load(path.as_ptr(), null(), null_mut()),
+            WM_ERR_BAD_ARGUMENT
+        );
+        assert!(last_error().contains("out is NULL"));
+        assert_eq!(wm_mode_used(null()), -1);
+        assert!(wm_fallback_reason(null()).is_null());
+        assert_eq!(wm_tensor_count(null()), 0);
+        let mut t = std::mem::MaybeUninit::<wm_tensor>::uninit();
+        assert_eq!(wm_tensor_at(null(), 0, t.as_mut_ptr()), WM_ERR_BAD_ARGUMENT);
+        assert!(last_error().contains("weights is NULL"));
+        let mut v = 0u64;
+        assert_eq!(
+            wm_meta_u64(null(), c"k".as_ptr(), &mut v),
+            WM_ERR_BAD_ARGUMENT
+        );
+        wm_free(null_mut());
+    }
+    let w = load("tiny-llama.gguf", None).unwrap();
+    // SAFETY: live weights; the NULLs are what is tested.
+    unsafe {
+        assert_eq!(wm_tensor_at(w.0, 0, null_mut()), WM_ERR_BAD_ARGUMENT);
+        let mut t = std::mem::MaybeUninit::<wm_tensor>::uninit();
+        assert_eq!(
+            wm_tensor_by_name(w.0, null(), t.as_mut_ptr()),
+            WM_ERR_BAD_ARGUMENT
+        );
+        assert!(last_error().contains("tensor name is NULL"));
+        let mut v = 0u64;
+        assert_eq!(wm_meta_u64(w.0, null(), &mut v), WM_ERR_BAD_ARGUMENT);
+        assert_eq!(
+            wm_meta_u64(w.0, c"llama.block_count".as_ptr(), null_mut()),
+            WM_ERR_BAD_ARGUMENT
+        );
+        let mut f = 0f64;
+        assert_eq!(
+            wm_meta_f64(w.0, c"general.name".as_ptr(), null_mut()),
+            WM_ERR_BAD_ARGUMENT
+        );
+        assert_eq!(wm_meta_f64(w.0, null(), &mut f), WM_ERR_BAD_ARGUMENT);
+        let mut n = 0u64;
+        assert_eq!(
+            wm_meta_str(w.0, c"general.name".as_ptr(), null_mut(), &mut n),
+            WM_ERR_BAD_ARGUMENT
+        );
+        assert_eq!(
+            wm_meta_array_len(w.0, c"tokenizer.ggml.tokens".as_ptr(), null_mut()),
+            WM_ERR_BAD_ARGUMENT
+        );
+        assert_eq!(
+            wm_meta_array_str(
+                w.0,
+                c"tokenizer.ggml.tokens".as_ptr(),
+                0,
+                null_mut(),
+                &mut n
+            ),
+            WM_ERR_BAD_ARGUMENT
+        );
+        let mut m = 0;
+        assert_eq!(wm_tensor_is_mapped(w.0, 0, null_mut()), WM_ERR_BAD_ARGUMENT);
+        assert_eq!(wm_tensor_is_mapped(null(), 0, &mut m), WM_ERR_BAD_ARGUMENT);
+    }
+}
+
+#[test]
+fn bad_paths_and_files_are_errors_with_messages() {
+    let (rc, msg) = load("no-such-file.gguf", None).err().unwrap();
+    assert_eq!(rc, WM_ERR_IO);
+    assert!(msg.contains("no-such-file.gguf"), "{msg}");
+    let (rc, msg) = load("", None).err().unwrap();
+    assert_eq!(rc, WM_ERR_INVALID_FILE, "a directory: {msg}");
+    assert!(msg.contains("not a regular file"), "{msg}");
+    let dir = tempfile::tempdir().unwrap();
+    for (name, content, needle) in [
+        ("empty.gguf", &b""[..], "empty"),
+        ("text.gguf", &b"not a weights file at all"[..], ""),
+        ("cut.gguf", &b"GGUF\x03\0\0\0\x05"[..], ""),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, content).unwrap();
+        let path = CString::new(path.to_str().unwrap()).unwrap();
+        let mut out = null_mut();
+        // SAFETY: a C string and room for the pointer.
+        let rc = unsafe { wm_load(path.as_ptr(), null(), &mut out) };
+        assert_eq!(rc, WM_ERR_INVALID_FILE, "{name}");
+        assert!(out.is_null());
+        assert!(last_error().contains(needle), "{}", last_error());
+    }
+}
+
+#[test]
+fn bad_options_are_bad_arguments() {
+    for (o, needle) in [
+        (opts(3, 1, 0), "mode is 3"),
+        (opts(0, 2, 0), "fallback is 2"),
+        (opts(0, 1, 24), "alignment 24"),
+    ] {
+        let (rc, msg) = load("tiny-llama.gguf", Some(o)).err().unwrap();
+        assert_eq!(rc, WM_ERR_BAD_ARGUMENT);
+        assert!(msg.contains(needle), "{msg}");
+    }
+}
+
+#[test]
+fn missing_tensor_key_and_bad_index() {
+    let w = load("tiny-llama.gguf", None).unwrap();
+    let (rc, msg) = tensor(&w, "no.such.tensor").err().unwrap();
+    assert_eq!(rc, WM_ERR_NOT_FOUND);
+    assert!(msg.contains("no.such.tensor"), "{msg}");
+    let mut t = std::mem::MaybeUninit::<wm_tensor>::uninit();
+    // SAFETY: live weights, room for a wm_tensor.
+    unsafe {
+        assert_eq!(wm_tensor_at(w.0, 12, t.as_mut_ptr()), WM_ERR_BAD_ARGUMENT);
+        assert!(last_error().contains("index 12 is out of range (12 tensors)"));
+        assert_eq!(
+            wm_tensor_at(w.0, u64::MAX, t.as_mut_ptr()),
+            WM_ERR_BAD_ARGUMENT
+        );
+    }
+    let mut v = 0u64;
+    // SAFETY: live weights, C strings, room for the values.
+    unsafe {
+        assert_eq!(
+            wm_meta_u64(w.0, c"no.such.key".as_ptr(), &mut v),
+            WM_ERR_NOT_FOUND
+        );
+        assert!(last_error().contains("no.such.key"));
+        assert_eq!(
+            wm_meta_u64(w.0, c"general.name".as_ptr(), &mut v),
+            WM_ERR_WRONG_TYPE
+        );
+        assert!(last_error().contains("general.name"));
+        assert_eq!(
+            wm_meta_u64(w.0, c"weightmap.test.i32".as_ptr(), &mut v),
+            WM_ERR_WRONG_TYPE,
+            "negative"
+        );
+        let mut f = 0.0;
+        assert_eq!(
+            wm_meta_f64(w.0, c"llama.block_count".as_ptr(), &mut f),
+            WM_ERR_WRONG_TYPE
+        );
+        assert_eq!(
+            wm_meta_f64(w.0, c"no.such.key".as_ptr(), &mut f),
+            WM_ERR_NOT_FOUND
+        );
+        let mut p = null();
+        assert_eq!(
+            wm_meta_str(w.0, c"llama.block_count".as_ptr(), &mut p, null_mut()),
+            WM_ERR_WRONG_TYPE
+        );
+        assert_eq!(
+            wm_meta_array_len(w.0, c"general.name".as_ptr(), &mut v),
+            WM_ERR_WRONG_TYPE
+        );
+        assert_eq!(
+            wm_meta_array_str(
+                w.0,
+                c"weightmap.test.u8_array".as_ptr(),
+                0,
+                &mut p,
+                null_mut()
+            ),
+            WM_ERR_WRONG_TYPE
+        );
+        assert_eq!(
+            wm_meta_array_str(
+                w.0,
+                c"tokenizer.ggml.tokens".as_ptr(),
+                300,
+                &mut p,
+                null_mut()
+            ),
+            WM_ERR_BAD_ARGUMENT
+        );
+        assert!(last_error().contains("index 300 is out of range"));
+    }
+}
+
+#[test]
+fn metadata_getters() {
+    let w = load("tiny-llama.gguf", Some(opts(WM_MODE_STREAM, 1, 0))).unwrap();
+    let mut v = 0u64;
+    let mut f = 0.0f64;
+    let mut p: *const c_char = null();
+    let mut n = 0u64;
+    // SAFETY: live weights, C strings, room for the values; strings handed
+    // out are C strings of `n` bytes while the weights live.
+    unsafe {
+        assert_eq!(
+            wm_meta_u64(w.0, c"llama.block_count".as_ptr(), &mut v),
+            WM_OK
+        );
+        assert_eq!(v, 1);
+        assert_eq!(
+            wm_meta_u64(w.0, c"weightmap.test.u64".as_ptr(), &mut v),
+            WM_OK
+        );
+        assert_eq!(v, 9223372036854788153);
+        assert_eq!(
+            wm_meta_u64(w.0, c"weightmap.test.u8".as_ptr(), &mut v),
+            WM_OK
+        );
+        assert_eq!(v, 255);
+        assert_eq!(
+            wm_meta_f64(w.0, c"weightmap.test.f64".as_ptr(), &mut f),
+            WM_OK
+        );
+        assert_eq!(f, std::f64::consts::PI);
+        assert_eq!(
+            wm_meta_f64(w.0, c"llama.rope.freq_base".as_ptr(), &mut f),
+            WM_OK
+        );
+        assert_eq!(f, 10000.0);
+        assert_eq!(
+            wm_meta_str(w.0, c"weightmap.test.utf8".as_ptr(), &mut p, &mut n),
+            WM_OK
+        );
+        let s = "héllo wörld ✓ 日本語 🦀";
+        assert_eq!(n as usize, s.len());
+        assert_eq!(CStr::from_ptr(p).to_str().unwrap(), s);
+        let first = p;
+        assert_eq!(
+            wm_meta_str(w.0, c"weightmap.test.utf8".as_ptr(), &mut p, null_mut()),
+            WM_OK
+        );
+        assert_eq!(p, first, "the same pointer each call");
+        assert_eq!(
+            wm_meta_str(w.0, c"weightmap.test.empty_string".as_ptr(), &mut p, &mut n),
+            WM_OK
+        );
+        assert_eq!((n, *p), (0, 0));
+        assert_eq!(
+            wm_meta_array_len(w.0, c"tokenizer.ggml.tokens".as_ptr(), &mut v),
+            WM_OK
+        );
+        assert_eq!(v, 300);
+        assert_eq!(
+            wm_meta_array_len(w.0, c"weightmap.test.u64_array".as_ptr(), &mut v),
+            WM_OK
+        );
+        assert_eq!(v, 3);
+        assert_eq!(
+            wm_meta_array_str(w.0, c"tokenizer.ggml.tokens".as_ptr(), 2, &mut p, &mut n),
+            WM_OK
+        );
+        assert_eq!((CStr::from_ptr(p).to_str().unwrap(), n), ("</s>", 4));
+    }
+}
+
+#[test]
+fn misaligned_file_hybrid_strict_and_no_fallback() {
+    // align8.gguf aligns tensors to 8 bytes; a 32-byte CPU buffer cannot
+    // view them all in place.
+    let hybrid = load("align8.gguf", None).unwrap();
+    let mut copied = 0;
+    // SAFETY: live weights; room for the values.
+    unsafe {
+        assert_eq!(wm_mode_used(hybrid.0), 0);
+        assert!(
+            wm_fallback_reason(hybrid.0).is_null(),
+            "hybrid: nothing fell back"
+        );
+        for i in 0..wm_tensor_count(hybrid.0) {
+            let mut m = -1;
+            assert_eq!(wm_tensor_is_mapped(hybrid.0, i, &mut m), WM_OK);
+            copied += usize::from(m == 0);
+            let mut t = std::mem::MaybeUninit::<wm_tensor>::uninit();
+            assert_eq!(wm_tensor_at(hybrid.0, i, t.as_mut_ptr()), WM_OK);
+            let t = t.assume_init();
+            assert_eq!(t.data as usize % 32, 0, "copied tensors are aligned");
+            assert_eq!(
+                bytes_of(&t),
+                file_bytes("align8.gguf", t.file_offset, t.nbytes)
+            );
+        }
+    }
+    assert!(copied > 0, "some tensors copied");
+
+    let strict = load("align8.gguf", Some(opts(WM_MODE_MMAP_ALL, 1, 0))).unwrap();
+    // SAFETY: live weights; the reason is a C string while they live.
+    let reason = unsafe {
+        assert_eq!(wm_mode_used(strict.0), 1);
+        CStr::from_ptr(wm_fallback_reason(strict.0))
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(reason.starts_with("misaligned: tensor '"), "{reason}");
+    assert!(reason.contains("is not aligned to 32"), "{reason}");
+
+    let (rc, msg) = load("align8.gguf", Some(opts(WM_MODE_MMAP_ALL, 0, 0)))
+        .err()
+        .unwrap();
+    assert_eq!(rc, WM_ERR_MMAP);
+    assert!(msg.contains("not aligned to 32"), "{msg}");
+
+    // With 8-byte alignment every tensor maps.
+    let w8 = load("align8.gguf", Some(opts(WM_MODE_MMAP_ALL, 0, 8))).unwrap();
+    // SAFETY: live weights.
+    assert!(unsafe { wm_fallback_reason(w8.0) }.is_null());
+}
+
+#[test]
+fn safetensors_files_load_too() {
+    let w = load("tiny.safetensors", None).unwrap();
+    // SAFETY: live weights.
+    let n = unsafe { wm_tensor_count(w.0) };
+    assert!(n > 0);
+    let mut v = 0u64;
+    // SAFETY: live weights, C string, room for a value.
+    let rc = unsafe { wm_meta_u64(w.0, c"general.name".as_ptr(), &mut v) };
+    assert_eq!(rc, WM_ERR_NOT_FOUND);
+    assert!(last_error().contains("safetensors"), "{}", last_error());
+}
+
+#[test]
+fn the_last_error_is_per_thread() {
+    let _ = load("no-such-file.gguf", None);
+    std::thread::spawn(|| assert!(wm_last_error().is_null()))
+        .join()
+        .unwrap();
+    assert!(last_error().contains("no-such-file"));
+}
+
+#[test]
+fn weights_are_read_from_many_threads() {
+    let w = load("tiny-llama.gguf", None).unwrap();
+    let addr = w.0 as usize;
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let w = addr as *const wm_weights;
+                let mut p = null();
+                for i in 0..300 {
+                    // SAFETY: the weights outlive the threads (joined below).
+                    let rc = unsafe {
+                        wm_meta_array_str(
+                            w,
+                            c"tokenizer.ggml.tokens".as_ptr(),
+                            i,
+                            &mut p,
+                            null_mut(),
+                        )
+                    };
+                    assert_eq!(rc, WM_OK);
+                }
+                p as usize
+            })
+        })
+        .collect();
+    let ptrs: Vec<usize> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(ptrs.windows(2).all(|p| p[0] == p[1]), "one cached copy");
+}
+
+#[test]
+fn panics_do_not_cross_the_boundary() {
+    let rc = guard(|| panic!("boom"));
+    assert_eq!(rc, WM_ERR_INTERNAL);
+    assert!(last_error().contains("boom"));
+    assert_eq!(guard_value(7, || panic!("bang")), 7);
+    assert!(last_error().contains("bang"));
+}
+
+#[test]
+fn version_is_the_crate_s() {
+    // SAFETY: a static C string.
+    let v = unsafe { CStr::from_ptr(wm_version()) };
+    assert_eq!(v.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
+}
