@@ -541,6 +541,86 @@ pub enum Error {
         /// The buffer type.
         buffer_type: String,
     },
+    /// A shard of a split GGUF, or a file a safetensors index names, is missing.
+    #[error("{path}: shard is missing")]
+    MissingShard {
+        /// The shard's path.
+        path: PathBuf,
+    },
+    /// A file reached as a shard is not one of this model's.
+    #[error("{path}: not a shard of this model: {detail}")]
+    NotAShard {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        detail: String,
+    },
+    /// `split.count` disagrees with the number of shards.
+    #[error("{path}: split.count is {found}, but the model has {expected} shards")]
+    SplitCountMismatch {
+        /// The shard.
+        path: PathBuf,
+        /// Shards the model has (from the first shard's name and keys).
+        expected: u64,
+        /// Its `split.count`.
+        found: u64,
+    },
+    /// `split.no` out of range, repeated, or not the shard's place.
+    #[error("{path}: split.no {no} of {count} is wrong: {detail}")]
+    SplitNoInvalid {
+        /// The shard.
+        path: PathBuf,
+        /// Its `split.no` (0-based).
+        no: u64,
+        /// `split.count`.
+        count: u64,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// `split.tensors.count` disagrees with the tensors found.
+    #[error("{path}: split.tensors.count is {expected}, but the shards hold {found} tensors")]
+    SplitTensorsCount {
+        /// The shard whose key is wrong.
+        path: PathBuf,
+        /// What the key says.
+        expected: u64,
+        /// Tensors found (over all shards), or the other shard's key.
+        found: u64,
+    },
+    /// A tensor in two shards.
+    #[error("tensor '{tensor}' is in two shards: {first} and {second}")]
+    DuplicateShardTensor {
+        /// The tensor.
+        tensor: String,
+        /// The first shard holding it.
+        first: PathBuf,
+        /// The second.
+        second: PathBuf,
+    },
+    /// A tensor the index lists is absent from its file.
+    #[error("{path}: the index lists tensor '{tensor}' in this file, which does not hold it")]
+    TensorNotInShard {
+        /// The tensor.
+        tensor: String,
+        /// The shard.
+        path: PathBuf,
+    },
+    /// A shard holds a tensor the index does not list there.
+    #[error("{path}: holds tensor '{tensor}', which the index does not list in this file")]
+    UnlistedShardTensor {
+        /// The tensor.
+        tensor: String,
+        /// The shard.
+        path: PathBuf,
+    },
+    /// A safetensors index that is malformed or has the wrong types.
+    #[error("{path}: bad safetensors index: {detail}")]
+    ShardIndex {
+        /// The index file (or directory).
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
     /// The progress callback asked to stop: every reading thread has
     /// stopped and every buffer of the load was freed.
     #[error("the load was cancelled by its progress callback")]
@@ -637,6 +717,15 @@ impl Error {
             Error::MmapFailed { .. } => "mmap_failed",
             Error::FallbackFailed { .. } => "fallback_failed",
             Error::Cancelled => "cancelled",
+            Error::MissingShard { .. } => "missing_shard",
+            Error::NotAShard { .. } => "not_a_shard",
+            Error::SplitCountMismatch { .. } => "split_count_mismatch",
+            Error::SplitNoInvalid { .. } => "split_no_invalid",
+            Error::SplitTensorsCount { .. } => "split_tensors_count",
+            Error::DuplicateShardTensor { .. } => "duplicate_shard_tensor",
+            Error::TensorNotInShard { .. } => "tensor_not_in_shard",
+            Error::UnlistedShardTensor { .. } => "unlisted_shard_tensor",
+            Error::ShardIndex { .. } => "shard_index",
             Error::AllocSizeTooSmall { .. } => "alloc_size_too_small",
             Error::HostPtrUnsupported { .. } => "host_ptr_unsupported",
             Error::Mlock { .. } => "mlock",

@@ -463,7 +463,7 @@ fn mapped_buffers_view_the_mapping_and_own_nothing() {
     assert!(
         b.base_addr() >= base && b.base_addr() + b.size() <= base + w.report().file_len as usize
     );
-    assert_eq!(w.buffers().len(), 1);
+    assert_eq!(w.buffers().count(), 1);
     assert_eq!(w.report().buffers.len(), 1);
     assert!(w.report().buffers[0].mapped);
     // The handles borrow the weights: none can outlive them (see the

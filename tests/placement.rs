@@ -131,7 +131,7 @@ fn routing_sends_chosen_layers_to_a_device_and_maps_the_rest() {
         );
     }
     // One buffer per type: the mapping's and the device's.
-    assert_eq!(w.buffers().len(), 2);
+    assert_eq!(w.buffers().count(), 2);
     let kinds: Vec<(&str, bool, usize)> = r
         .buffers
         .iter()
@@ -151,7 +151,7 @@ fn routing_sends_chosen_layers_to_a_device_and_maps_the_rest() {
 
     // The stream path routes the same way.
     let ws = Weights::load_streamed(&path, &opts).unwrap();
-    assert_eq!(ws.buffers().len(), 2);
+    assert_eq!(ws.buffers().count(), 2);
     assert_eq!(bytes_of(&ws), bytes_of(&s));
     assert!(ws
         .tensor("blk.1.ffn_up.weight")

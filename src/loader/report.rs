@@ -121,6 +121,11 @@ pub struct LoadReport {
     /// What the prefetch policy did (see `Weights::prefetch_progress` for
     /// how far a background prefetch has got).
     pub prefetch: PrefetchDecision,
+    /// For a model in several files, each file (empty for one file).
+    pub shards: Vec<super::ShardReport>,
+    /// Things worth knowing that are not errors (an index whose
+    /// `metadata.total_size` disagrees with the shards, ...).
+    pub warnings: Vec<String>,
     /// How copied tensors were read (threads, direct I/O); `None` when
     /// nothing was copied.
     pub read: Option<super::ReadReport>,

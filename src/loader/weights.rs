@@ -16,6 +16,7 @@ use crate::types::TensorType;
 use super::mapped::{map_path, MapFail};
 use super::place::Slot;
 use super::report::{BufferReport, CopiedTensor, LoadReport, PlacementKind};
+use super::shards;
 use super::stream::stream_path;
 use super::{open_checked, LoadMode, LoadOptions};
 
@@ -48,7 +49,7 @@ pub(crate) struct Loaded {
 }
 
 impl Loaded {
-    fn header_bytes(&self) -> &[u8] {
+    pub(crate) fn header_bytes(&self) -> &[u8] {
         match (&self.header_bytes, &self.map) {
             (HeaderBytes::Owned(b), _) => b,
             (HeaderBytes::Mapped, Some(m)) => m.bytes(),
@@ -96,6 +97,8 @@ impl Loaded {
             elapsed: t0.elapsed(),
             prefetch: self.prefetch.clone(),
             read: self.read.clone(),
+            shards: Vec::new(),
+            warnings: Vec::new(),
             random_access_tensors: self
                 .random_access
                 .iter()
@@ -170,6 +173,41 @@ enum Storage {
     Streamed(Loaded),
 }
 
+impl Storage {
+    fn loaded(&self) -> &Loaded {
+        match self {
+            Storage::Mapped(m) => &m.inner,
+            Storage::Streamed(s) => s,
+        }
+    }
+}
+
+/// For a model in several files: every tensor's descriptor, where it is,
+/// and a name index over all of them.
+#[derive(Debug)]
+struct Combined {
+    infos: Vec<TensorInfo>,
+    /// (part, index in that part), per tensor.
+    locs: Vec<(usize, usize)>,
+    by_name: std::collections::HashMap<String, usize>,
+}
+
+/// One file of a model: where it is and what its load did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShardReport {
+    /// The file.
+    pub path: PathBuf,
+    /// Its tensors.
+    pub tensors: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// The mode that ran for it.
+    pub mode_used: LoadMode,
+    /// Why it was not mapped, when it was asked to be.
+    pub fallback: Option<FallbackReason>,
+}
+
 /// Loaded weights: the header, the metadata, and every tensor placed in a
 /// buffer: viewed in the file mapping ([`LoadMode::Mmap`]) or copied into
 /// owned memory ([`LoadMode::Stream`], and on the mapped path the tensors
@@ -190,8 +228,41 @@ enum Storage {
 /// ```
 #[derive(Debug)]
 pub struct Weights {
-    storage: Storage,
+    /// One per file; the first holds the model's metadata.
+    parts: Vec<Storage>,
+    /// With more than one file.
+    combined: Option<Combined>,
     report: LoadReport,
+}
+
+/// Load one file as `options` say: mapped, falling back to the stream path.
+///
+/// # Safety
+/// As [`Weights::load`].
+unsafe fn load_one(
+    path: &Path,
+    options: &LoadOptions,
+) -> Result<(Storage, Option<FallbackReason>)> {
+    let mut fallback = None;
+    if options.mode == LoadMode::Mmap {
+        // SAFETY: forwarded to the caller.
+        match unsafe { map_path(path, options) } {
+            Ok(inner) => return Ok((Storage::Mapped(MappedWeights { inner }), None)),
+            Err(MapFail::Error(e)) => return Err(e),
+            Err(MapFail::Fallback(reason)) if !options.fallback => {
+                return Err(Error::MmapFailed { reason })
+            }
+            Err(MapFail::Fallback(reason)) => fallback = Some(reason),
+        }
+    }
+    let s = stream_path(path, options).map_err(|e| match &fallback {
+        Some(reason) => Error::FallbackFailed {
+            reason: reason.clone(),
+            source: Box::new(e),
+        },
+        None => e,
+    })?;
+    Ok((Storage::Streamed(s), fallback))
 }
 
 impl Weights {
@@ -199,9 +270,17 @@ impl Weights {
     /// stream path (and saying why, in [`Weights::report`]) when the mapped
     /// path cannot be used.
     ///
+    /// `path` may name one file, any shard of a llama.cpp split GGUF
+    /// (`NAME-00002-of-00005.gguf`: the others are found by name), a
+    /// Hugging Face `*.safetensors.index.json`, or a directory holding one.
+    /// Every shard's header is validated, and the shards against each other,
+    /// before any is placed; then each file is mapped (or streamed) on its
+    /// own, behind one name index. Metadata comes from the first shard, as
+    /// in llama.cpp.
+    ///
     /// # Safety
     /// Whenever the mapped path may run (`options.mode` is
-    /// [`LoadMode::Mmap`]), the file must not be modified or truncated, by
+    /// [`LoadMode::Mmap`]), the files must not be modified or truncated, by
     /// this or any other process, while the returned `Weights`, or anything
     /// obtained from it (tensor handles, views, buffers, metadata, and any
     /// buffer a [`crate::buffer::BufferType`] made from the mapping with
@@ -212,40 +291,89 @@ impl Weights {
     /// # Errors
     /// The file's own errors, the same from either path: [`Error::Io`] (a
     /// missing file is `NotFound`), [`Error::NotAFile`], [`Error::EmptyFile`],
-    /// any validation error. [`Error::MmapFailed`] when the mapped path
-    /// cannot be used and fallback is off; [`Error::FallbackFailed`] when it
-    /// could not be used and the stream path then failed; [`Error::Mlock`].
+    /// any validation error. For several files: [`Error::MissingShard`],
+    /// [`Error::SplitCountMismatch`], [`Error::SplitNoInvalid`],
+    /// [`Error::SplitTensorsCount`], [`Error::DuplicateShardTensor`],
+    /// [`Error::NotAShard`], [`Error::TensorNotInShard`],
+    /// [`Error::UnlistedShardTensor`], [`Error::ShardIndex`], each naming the
+    /// file. [`Error::MmapFailed`] when the mapped path cannot be used and
+    /// fallback is off; [`Error::FallbackFailed`] when it could not be used
+    /// and the stream path then failed; [`Error::Mlock`].
     pub unsafe fn load(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Weights> {
         let path = path.as_ref();
         let t0 = Instant::now();
-        let mut fallback = None;
-        if options.mode == LoadMode::Mmap {
+        let files = shards::resolve(path)?;
+        if let shards::Files::Single(p) = &files {
             // SAFETY: forwarded to the caller.
-            match unsafe { map_path(path, options) } {
-                Ok(inner) => {
-                    let report = inner.report(LoadMode::Mmap, None, t0);
-                    return Ok(Weights {
-                        storage: Storage::Mapped(MappedWeights { inner }),
-                        report,
-                    });
-                }
-                Err(MapFail::Error(e)) => return Err(e),
-                Err(MapFail::Fallback(reason)) if !options.fallback => {
-                    return Err(Error::MmapFailed { reason })
-                }
-                Err(MapFail::Fallback(reason)) => fallback = Some(reason),
+            let (part, fallback) = unsafe { load_one(p, options)? };
+            if let Some(md) = part
+                .loaded()
+                .header
+                .gguf_metadata(part.loaded().header_bytes())
+            {
+                shards::single_is_split(p, md.get_opt_int::<u64>("split.count").ok().flatten())?;
+            }
+            let report = part.loaded().report(options.mode, fallback, t0);
+            return Ok(Weights {
+                parts: vec![part],
+                combined: None,
+                report,
+            });
+        }
+        // Several files: validate all, then load each.
+        let (headers, warnings) = shards::check(&files)?;
+        let total: u64 = headers
+            .iter()
+            .map(|h| {
+                h.header
+                    .header()
+                    .tensor_region()
+                    .1
+                    .saturating_sub(h.header.header().tensor_region().0)
+            })
+            .sum();
+        let mut parts = Vec::with_capacity(headers.len());
+        let mut fallbacks = Vec::with_capacity(headers.len());
+        for h in &headers {
+            // Each shard's prefetch gets its share of the memory limit, so
+            // that together they hold to it.
+            let mut opts = options.clone();
+            if let crate::prefetch::Prefetch::Background { max_percent } = opts.prefetch {
+                let (s, e) = h.header.header().tensor_region();
+                let share = if total == 0 {
+                    1.0
+                } else {
+                    (e - s) as f64 / total as f64
+                };
+                opts.prefetch = crate::prefetch::Prefetch::Background {
+                    max_percent: ((f64::from(max_percent) * share).floor() as u8)
+                        .max(1)
+                        .min(max_percent),
+                };
+            }
+            // SAFETY: forwarded to the caller.
+            let (part, fallback) = unsafe { load_one(&h.path, &opts)? };
+            parts.push(part);
+            fallbacks.push(fallback);
+        }
+        let mut infos = Vec::new();
+        let mut locs = Vec::new();
+        let mut by_name = std::collections::HashMap::new();
+        for (pi, part) in parts.iter().enumerate() {
+            for (ti, t) in part.loaded().header.tensors().iter().enumerate() {
+                by_name.insert(t.name.clone(), infos.len());
+                infos.push(t.clone());
+                locs.push((pi, ti));
             }
         }
-        let s = stream_path(path, options).map_err(|e| match &fallback {
-            Some(reason) => Error::FallbackFailed {
-                reason: reason.clone(),
-                source: Box::new(e),
-            },
-            None => e,
-        })?;
-        let report = s.report(options.mode, fallback, t0);
+        let report = combine_reports(&parts, &fallbacks, options.mode, warnings, t0);
         Ok(Weights {
-            storage: Storage::Streamed(s),
+            parts,
+            combined: Some(Combined {
+                infos,
+                locs,
+                by_name,
+            }),
             report,
         })
     }
@@ -262,10 +390,7 @@ impl Weights {
     }
 
     fn loaded(&self) -> &Loaded {
-        match &self.storage {
-            Storage::Mapped(m) => &m.inner,
-            Storage::Streamed(s) => s,
-        }
+        self.parts[0].loaded()
     }
 
     /// What the load did.
@@ -273,7 +398,9 @@ impl Weights {
         &self.report
     }
 
-    /// The validated header.
+    /// The validated header of the (first) file: its metadata is the
+    /// model's. For a model in several files, [`Weights::tensor_infos`]
+    /// lists every tensor and [`LoadReport::shards`] every file.
     pub fn header(&self) -> &Header {
         &self.loaded().header
     }
@@ -283,7 +410,7 @@ impl Weights {
         self.header().format()
     }
 
-    /// The file that was loaded.
+    /// The file that was loaded (the first shard, for several).
     pub fn path(&self) -> &Path {
         &self.loaded().path
     }
@@ -294,23 +421,29 @@ impl Weights {
         self.loaded().buffers[0].as_ref()
     }
 
-    /// Every buffer the load made: one per buffer type over the mapping,
-    /// then one per buffer type for copies.
-    pub fn buffers(&self) -> impl ExactSizeIterator<Item = &dyn Buffer> + '_ {
-        self.loaded().buffers.iter().map(|b| b.as_ref())
+    /// Every buffer the load made: per file, one per buffer type over the
+    /// mapping, then one per buffer type for copies.
+    pub fn buffers(&self) -> impl Iterator<Item = &dyn Buffer> + '_ {
+        self.parts
+            .iter()
+            .flat_map(|p| p.loaded().buffers.iter().map(|b| b.as_ref()))
     }
 
-    /// The mapped weights, when the mapped path ran.
+    /// The mapped weights of the (first) file, when the mapped path ran.
     pub fn mapped(&self) -> Option<&MappedWeights> {
-        match &self.storage {
+        match &self.parts[0] {
             Storage::Mapped(m) => Some(m),
             Storage::Streamed(_) => None,
         }
     }
 
-    /// Tensor descriptors in file order.
+    /// Tensor descriptors in file order (shard by shard, for several files;
+    /// each `file_offset` is within its own file).
     pub fn tensor_infos(&self) -> &[TensorInfo] {
-        self.header().tensors()
+        match &self.combined {
+            Some(c) => &c.infos,
+            None => self.header().tensors(),
+        }
     }
 
     /// Number of tensors.
@@ -323,12 +456,21 @@ impl Weights {
         self.tensor_infos().is_empty()
     }
 
+    /// The part and the index in it of tensor `i`.
+    fn loc(&self, i: usize) -> Option<(usize, usize)> {
+        match &self.combined {
+            Some(c) => c.locs.get(i).copied(),
+            None => (i < self.len()).then_some((0, i)),
+        }
+    }
+
     /// The `i`th tensor in file order.
     pub fn tensor_at(&self, i: usize) -> Option<TensorRef<'_>> {
-        let l = self.loaded();
-        let slot = l.slots.get(i)?;
+        let (p, j) = self.loc(i)?;
+        let l = self.parts[p].loaded();
+        let slot = l.slots.get(j)?;
         Some(TensorRef {
-            info: l.header.tensors().get(i)?,
+            info: l.header.tensors().get(j)?,
             buffer: l.buffers[slot.buffer].as_ref(),
             placement: slot.placement,
             kind: slot.kind,
@@ -348,35 +490,29 @@ impl Weights {
 
     /// Every tensor, in file order.
     pub fn tensors(&self) -> impl ExactSizeIterator<Item = TensorRef<'_>> + '_ {
-        let l = self.loaded();
-        // One slot per tensor, in the same order: both paths place every one.
-        l.header
-            .tensors()
-            .iter()
-            .zip(&l.slots)
-            .map(move |(info, slot)| TensorRef {
-                info,
-                buffer: l.buffers[slot.buffer].as_ref(),
-                placement: slot.placement,
-                kind: slot.kind,
-            })
+        // Every index below len() has a slot: both paths place every tensor.
+        (0..self.len()).map(move |i| self.tensor_at(i).expect("every tensor is placed"))
     }
 
-    /// GGUF metadata (`None` for safetensors).
+    /// GGUF metadata (`None` for safetensors): the first file's.
     pub fn gguf_metadata(&self) -> Option<Metadata<'_>> {
         let l = self.loaded();
         l.header.gguf_metadata(l.header_bytes())
     }
 
-    /// The safetensors `__metadata__` map (`None` for GGUF).
+    /// The safetensors `__metadata__` map (`None` for GGUF): the first file's.
     pub fn safetensors_metadata(&self) -> Option<&std::collections::BTreeMap<String, String>> {
         self.header().safetensors_metadata()
     }
 
-    /// How far the background prefetch has got: `None` when none was
-    /// started (see [`LoadReport::prefetch`] for why).
+    /// How far the background prefetch has got (over every file): `None`
+    /// when none was started (see [`LoadReport::prefetch`] for why).
     pub fn prefetch_progress(&self) -> Option<PrefetchProgress> {
-        self.loaded().prefetcher.as_ref().map(Prefetcher::progress)
+        combine_progress(
+            self.parts
+                .iter()
+                .filter_map(|p| p.loaded().prefetcher.as_ref().map(Prefetcher::progress)),
+        )
     }
 
     /// Block until the background prefetch, if one runs, has finished or
@@ -384,16 +520,23 @@ impl Weights {
     /// pass (the reads began when `load` returned, so this waits only for
     /// what is left).
     pub fn wait_prefetch(&self) -> Option<PrefetchProgress> {
-        self.loaded().prefetcher.as_ref().map(Prefetcher::wait)
+        combine_progress(
+            self.parts
+                .iter()
+                .filter_map(|p| p.loaded().prefetcher.as_ref().map(Prefetcher::wait)),
+        )
     }
 
     /// The mapping and the file range of tensor `name`, when it is mapped.
     fn mapped_range(&self, name: &str) -> Result<Option<(&Mapping, std::ops::Range<u64>)>> {
         let i = self.index_of(name)?;
-        let l = self.loaded();
-        Ok(match (&l.map, l.slots[i].kind) {
+        let Some((p, j)) = self.loc(i) else {
+            return Ok(None);
+        };
+        let l = self.parts[p].loaded();
+        Ok(match (&l.map, l.slots[j].kind) {
             (Some(m), PlacementKind::Mapped) => {
-                Some((m.as_ref(), l.header.tensors()[i].file_range()))
+                Some((m.as_ref(), l.header.tensors()[j].file_range()))
             }
             _ => None,
         })
@@ -413,9 +556,9 @@ impl Weights {
         Ok(())
     }
 
-    /// Re-advise the pages of the file range `range` of the mapping, as
-    /// [`Weights::advise`] does for a tensor; clamped to the file. A no-op
-    /// on streamed weights.
+    /// Re-advise the pages of the file range `range` of the (first) file's
+    /// mapping, as [`Weights::advise`] does for a tensor; clamped to the
+    /// file. A no-op on streamed weights.
     pub fn advise_file_range(&self, range: std::ops::Range<u64>, access: AccessAdvice) {
         if let Some(map) = &self.loaded().map {
             advise_range(map, range, access);
@@ -442,18 +585,19 @@ impl Weights {
         }
     }
 
-    /// [`Weights::release`] for every mapped tensor: the whole tensor region.
+    /// [`Weights::release`] for every mapped tensor: every file's tensor region.
     ///
     /// # Errors
     /// [`Error::Io`] if `madvise` fails.
     pub fn release_all(&self) -> Result<()> {
-        match &self.loaded().map {
-            Some(map) => {
-                let (s, e) = self.header().tensor_region();
-                self.release_in(map, s..e)
+        for p in &self.parts {
+            let l = p.loaded();
+            if let Some(map) = &l.map {
+                let (s, e) = l.header.tensor_region();
+                self.release_in(map, s..e)?;
             }
-            None => Ok(()),
         }
+        Ok(())
     }
 
     fn release_in(&self, map: &Mapping, r: std::ops::Range<u64>) -> Result<()> {
@@ -477,10 +621,85 @@ impl Weights {
     }
 
     fn index_of(&self, name: &str) -> Result<usize> {
-        self.header()
-            .tensor_index(name)
-            .ok_or_else(|| Error::TensorNotFound { name: name.into() })
+        let i = match &self.combined {
+            Some(c) => c.by_name.get(name).copied(),
+            None => self.header().tensor_index(name),
+        };
+        i.ok_or_else(|| Error::TensorNotFound { name: name.into() })
     }
+}
+
+/// The progress of several prefetches as one.
+fn combine_progress(it: impl Iterator<Item = PrefetchProgress>) -> Option<PrefetchProgress> {
+    let mut out: Option<PrefetchProgress> = None;
+    for p in it {
+        out = Some(match out {
+            None => p,
+            Some(o) => PrefetchProgress {
+                bytes_done: o.bytes_done + p.bytes_done,
+                bytes_total: o.bytes_total + p.bytes_total,
+                // Running while any runs; otherwise the first that did not finish.
+                state: if o.state == crate::prefetch::PrefetchState::Running
+                    || p.state == crate::prefetch::PrefetchState::Running
+                {
+                    crate::prefetch::PrefetchState::Running
+                } else if o.state != crate::prefetch::PrefetchState::Finished {
+                    o.state
+                } else {
+                    p.state
+                },
+            },
+        });
+    }
+    out
+}
+
+/// One report for a model in several files.
+fn combine_reports(
+    parts: &[Storage],
+    fallbacks: &[Option<FallbackReason>],
+    requested: LoadMode,
+    warnings: Vec<String>,
+    t0: Instant,
+) -> LoadReport {
+    let each: Vec<LoadReport> = parts
+        .iter()
+        .zip(fallbacks)
+        .map(|(p, f)| p.loaded().report(requested, f.clone(), t0))
+        .collect();
+    let mut r = each[0].clone();
+    r.shards = parts
+        .iter()
+        .zip(&each)
+        .map(|(p, e)| ShardReport {
+            path: p.loaded().path.clone(),
+            tensors: e.tensors_count,
+            bytes: e.bytes_mapped + e.bytes_copied,
+            mode_used: e.mode_used,
+            fallback: e.fallback.clone(),
+        })
+        .collect();
+    for e in &each[1..] {
+        r.tensors_count += e.tensors_count;
+        r.tensors_mapped += e.tensors_mapped;
+        r.tensors_copied += e.tensors_copied;
+        r.bytes_mapped += e.bytes_mapped;
+        r.bytes_copied += e.bytes_copied;
+        r.copied.extend(e.copied.iter().cloned());
+        r.buffers.extend(e.buffers.iter().cloned());
+        r.file_len += e.file_len;
+        r.random_access_tensors
+            .extend(e.random_access_tensors.iter().cloned());
+        if e.mode_used == LoadMode::Stream {
+            r.mode_used = LoadMode::Stream;
+        }
+        if r.fallback.is_none() {
+            r.fallback = e.fallback.clone();
+        }
+    }
+    r.warnings = warnings;
+    r.elapsed = t0.elapsed();
+    r
 }
 
 fn advise_range(map: &Mapping, r: std::ops::Range<u64>, access: AccessAdvice) {
