@@ -249,8 +249,12 @@ pub fn run(a: &Args) -> CliResult {
         ),
     };
     // Fail early, with the loader's own message, on a file that cannot load.
-    let wh = WeightsHeader::read(&file)?;
-    let h = wh.header();
+    let model = WeightsHeader::read_model(&file)?;
+    let (format, file_len, n_tensors) = (
+        model.first().header().format(),
+        model.file_len(),
+        model.tensor_count(),
+    );
     let exe = std::env::current_exe()
         .map_err(|e| CliError::msg(format!("cannot find this executable to run children: {e}")))?;
     let mut kinds: Vec<Kind> = Vec::new();
@@ -299,7 +303,7 @@ pub fn run(a: &Args) -> CliResult {
         hashes.push((kind, t));
     }
     let reference = hashes.first().map(|(_, t)| t.clone()).unwrap_or_default();
-    let mut identical = reference.len() == h.tensors().len();
+    let mut identical = reference.len() == n_tensors;
     let mut first_diff = None;
     for (kind, t) in &hashes {
         if t != &reference {
@@ -397,9 +401,10 @@ pub fn run(a: &Args) -> CliResult {
         json_text(&json!({
             "file": file.display().to_string(),
             "generated": generated,
-            "format": h.format().name(),
-            "file_size": h.file_len(),
-            "tensors_count": h.tensors().len(),
+            "format": format.name(),
+            "file_size": file_len,
+            "tensors_count": n_tensors,
+            "files": model.files.len(),
             "iters": a.iters,
             "warmup": a.warmup,
             "page_cache": page_cache,
@@ -415,9 +420,9 @@ pub fn run(a: &Args) -> CliResult {
         let mut out = format!(
             "bench: {} ({}, {}, {} tensors)\n",
             file.display(),
-            h.format().name(),
-            human_bytes(h.file_len()),
-            h.tensors().len()
+            format.name(),
+            human_bytes(file_len),
+            n_tensors
         );
         out.push_str(&match warm {
             Some(w) => format!(

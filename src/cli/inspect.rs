@@ -32,20 +32,70 @@ const PREVIEW: usize = 6;
 const MAX_TEXT: usize = 80;
 
 pub fn run(a: &Args) -> CliResult {
-    let wh = WeightsHeader::read(&a.file)?;
-    if a.json {
-        return write_json(&wh, a.full);
+    let model = WeightsHeader::read_model(&a.file)?;
+    if model.files.len() == 1 {
+        let wh = model.first();
+        if a.json {
+            return write_json(&Doc { wh, full: a.full });
+        }
+        return emit(&to_text(wh, a));
     }
-    emit(&to_text(&wh, a))
+    // Several files: each one's header, in shard order.
+    if a.json {
+        return write_json(&Shards {
+            model: &model,
+            full: a.full,
+        });
+    }
+    let n = model.files.len();
+    let mut out = format!("{} files, {} tensors\n", n, model.tensor_count());
+    for w in &model.warnings {
+        out.push_str(&format!("warning: {}\n", escape(w)));
+    }
+    for (i, (p, wh)) in model.files.iter().enumerate() {
+        out.push_str(&format!(
+            "\n== shard {}/{n}: {}\n",
+            i + 1,
+            escape(&p.display().to_string())
+        ));
+        out.push_str(&to_text(wh, a));
+    }
+    emit(&out)
+}
+
+/// `inspect --json` of a model in several files.
+struct Shards<'a> {
+    model: &'a weightmap::loader::ModelHeaders,
+    full: bool,
+}
+
+impl Serialize for Shards<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        struct List<'a>(&'a weightmap::loader::ModelHeaders, bool);
+        impl Serialize for List<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut seq = s.serialize_seq(Some(self.0.files.len()))?;
+                for (p, wh) in &self.0.files {
+                    seq.serialize_element(&(p.display().to_string(), Doc { wh, full: self.1 }))?;
+                }
+                seq.end()
+            }
+        }
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("shards_count", &self.model.files.len())?;
+        m.serialize_entry("warnings", &self.model.warnings)?;
+        m.serialize_entry("shards", &List(self.model, self.full))?;
+        m.end()
+    }
 }
 
 /// The JSON document, serialized straight to stdout as it is walked: memory
 /// stays O(1) beyond the header, whatever the tensor count or value sizes.
-fn write_json(wh: &WeightsHeader, full: bool) -> CliResult {
+fn write_json(doc: &impl Serialize) -> CliResult {
     let stdout = std::io::stdout().lock();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout);
     let mut ser = serde_json::Serializer::pretty(&mut out);
-    let result = Doc { wh, full }
+    let result = doc
         .serialize(&mut ser)
         .map_err(std::io::Error::from)
         .and_then(|()| out.write_all(b"\n"))

@@ -285,6 +285,14 @@ pub fn run(a: &Args) -> CliResult {
             "prefetch_kind": r.prefetch.kind(),
             "prefetched_bytes": prefetched,
             "random_access_tensors": r.random_access_tensors,
+            "shards": r.shards.len().max(1),
+            "shard_files": r.shards.iter().map(|sh| json!({
+                "path": sh.path.display().to_string(),
+                "tensors": sh.tensors,
+                "bytes": sh.bytes,
+                "mode_used": sh.mode_used.name(),
+            })).collect::<Vec<_>>(),
+            "warnings": r.warnings,
             "rss_anon_kib": mem.rss_anon_kib,
             "rss_file_kib": mem.rss_file_kib,
             "vm_hwm_kib": mem.vm_hwm_kib,
@@ -346,6 +354,24 @@ pub fn run(a: &Args) -> CliResult {
                 ],
                 vec!["bytes mapped:".into(), r.bytes_mapped.to_string()],
                 vec!["bytes copied:".into(), r.bytes_copied.to_string()],
+                vec![
+                    "files:".into(),
+                    if r.shards.is_empty() {
+                        "1".into()
+                    } else {
+                        r.shards
+                            .iter()
+                            .map(|sh| {
+                                format!(
+                                    "{} ({} tensors)",
+                                    super::escape(&sh.path.display().to_string()),
+                                    sh.tensors
+                                )
+                            })
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    },
+                ],
                 vec!["prefetch:".into(), r.prefetch.to_string()],
                 vec![
                     "reads:".into(),

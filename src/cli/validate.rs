@@ -31,31 +31,56 @@ pub struct Args {
 }
 
 pub fn run(a: &Args) -> CliResult {
-    // Every check the loader makes short of mapping and placing tensors.
-    let wh = WeightsHeader::read(&a.file)?;
-    let h = wh.header();
-    let bytes = h
-        .tensors()
-        .iter()
-        .fold(0u64, |acc, t| acc.saturating_add(t.nbytes));
-    let mut out = format!(
-        "ok: {}, {} tensors, {} bytes\n",
-        h.format().name(),
-        h.tensors().len(),
-        bytes
-    );
+    // Every check the loader makes short of mapping and placing tensors,
+    // over every file of the model (shards checked against each other).
+    let model = WeightsHeader::read_model(&a.file)?;
+    let first = model.first().header();
+    let mut out = if model.files.len() == 1 {
+        format!(
+            "ok: {}, {} tensors, {} bytes\n",
+            first.format().name(),
+            model.tensor_count(),
+            model.tensor_bytes()
+        )
+    } else {
+        let mut o = format!(
+            "ok: {}, {} files, {} tensors, {} bytes\n",
+            first.format().name(),
+            model.files.len(),
+            model.tensor_count(),
+            model.tensor_bytes()
+        );
+        for (p, h) in &model.files {
+            o.push_str(&format!(
+                "  {}: {} tensors\n",
+                escape(&p.display().to_string()),
+                h.header().tensors().len()
+            ));
+        }
+        o
+    };
+    for w in &model.warnings {
+        out.push_str(&format!("warning: {}\n", escape(w)));
+    }
     // What the default (CPU) buffer type needs for zero-copy placement.
     let alignment = LoadOptions::default().buffer_type.alignment();
-    if let Some((t, need)) = wh.first_misaligned(alignment) {
-        out.push_str(&format!(
-            "note: tensor '{}' at file offset {} is not aligned to {need}: \
-             a mapped load copies it (and any like it) into owned memory\n",
-            escape(&t.name),
-            t.file_offset
-        ));
+    for (_, wh) in &model.files {
+        if let Some((t, need)) = wh.first_misaligned(alignment) {
+            out.push_str(&format!(
+                "note: tensor '{}' at file offset {} is not aligned to {need}: \
+                 a mapped load copies it (and any like it) into owned memory\n",
+                escape(&t.name),
+                t.file_offset
+            ));
+        }
     }
     if a.ggml {
-        out.push_str(&check_ggml(a, &wh)?);
+        for (p, wh) in &model.files {
+            if model.files.len() > 1 {
+                out.push_str(&format!("{}: ", escape(&p.display().to_string())));
+            }
+            out.push_str(&check_ggml(p, wh)?);
+        }
     }
     if a.data {
         // Nothing goes to stdout unless the data is clean too.
@@ -65,11 +90,11 @@ pub fn run(a: &Args) -> CliResult {
 }
 
 /// The ggml rules; the report line.
-fn check_ggml(a: &Args, wh: &WeightsHeader) -> CliResult<String> {
+fn check_ggml(file: &std::path::Path, wh: &WeightsHeader) -> CliResult<String> {
     let (Header::Gguf(h), Some(md)) = (wh.header(), wh.gguf_metadata()) else {
         return Err(CliError::msg(format!(
             "{}: --ggml applies to GGUF files only; this file is {} (llama.cpp loads GGUF only)",
-            a.file.display(),
+            file.display(),
             wh.header().format().name()
         )));
     };

@@ -51,7 +51,9 @@ pub use handle::{Scope, Tensor};
 pub use options::{LoadMode, LoadOptions, Route};
 pub use read::{DirectIo, DirectOutcome, ProgressFn, ReadReport, PROGRESS_STEP};
 pub use report::{BufferReport, CopiedTensor, CopyReason, LoadReport, PlacementKind};
-pub use weights::{MappedWeights, OwnedTensor, ShardReport, TensorRef, Weights, WeightsHeader};
+pub use weights::{
+    MappedWeights, ModelHeaders, OwnedTensor, ShardReport, TensorRef, Weights, WeightsHeader,
+};
 
 /// Open `path` for loading: `stat` it first (opening a FIFO would block until
 /// a writer appears) and refuse anything but a regular file, open it, and

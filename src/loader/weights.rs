@@ -1010,6 +1010,32 @@ impl WeightsHeader {
         Ok(WeightsHeader { header, bytes })
     }
 
+    /// Read and validate the headers of every file of the model `path`
+    /// names (one file, any shard of a split GGUF, a safetensors index or a
+    /// directory holding one), and the files against each other: every
+    /// check [`Weights::load`] makes before placing anything.
+    ///
+    /// # Errors
+    /// As [`Weights::load`], less the tensor reads.
+    pub fn read_model(path: impl AsRef<Path>) -> Result<ModelHeaders> {
+        let files = shards::resolve(path.as_ref())?;
+        if let shards::Files::Single(p) = &files {
+            let h = WeightsHeader::read(p)?;
+            if let Some(md) = h.gguf_metadata() {
+                shards::single_is_split(p, md.get_opt_int::<u64>("split.count").ok().flatten())?;
+            }
+            return Ok(ModelHeaders {
+                files: vec![(p.clone(), h)],
+                warnings: Vec::new(),
+            });
+        }
+        let (headers, warnings) = shards::check(&files)?;
+        Ok(ModelHeaders {
+            files: headers.into_iter().map(|h| (h.path, h.header)).collect(),
+            warnings,
+        })
+    }
+
     /// The header.
     pub fn header(&self) -> &Header {
         &self.header
@@ -1028,5 +1054,45 @@ impl WeightsHeader {
             let a = self.header.required_alignment(t, buffer_alignment);
             (t.file_offset % a as u64 != 0).then_some((t, a))
         })
+    }
+}
+
+/// The validated headers of every file of a model
+/// ([`WeightsHeader::read_model`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ModelHeaders {
+    /// Each file and its header, in shard order (one entry for one file).
+    pub files: Vec<(PathBuf, WeightsHeader)>,
+    /// Warnings that are not errors (see [`LoadReport::warnings`]).
+    pub warnings: Vec<String>,
+}
+
+impl ModelHeaders {
+    /// The first file's header: the model's metadata.
+    pub fn first(&self) -> &WeightsHeader {
+        &self.files[0].1
+    }
+
+    /// Tensors over every file.
+    pub fn tensor_count(&self) -> usize {
+        self.files
+            .iter()
+            .map(|f| f.1.header().tensors().len())
+            .sum()
+    }
+
+    /// Tensor bytes over every file.
+    pub fn tensor_bytes(&self) -> u64 {
+        self.files
+            .iter()
+            .flat_map(|f| f.1.header().tensors())
+            .map(|t| t.nbytes)
+            .sum()
+    }
+
+    /// Bytes of every file.
+    pub fn file_len(&self) -> u64 {
+        self.files.iter().map(|f| f.1.header().file_len()).sum()
     }
 }
