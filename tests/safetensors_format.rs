@@ -639,3 +639,48 @@ fn every_supported_dtype_maps() {
         );
     }
 }
+
+#[test]
+fn one_pass_keeps_the_precedence_of_errors() {
+    let t = r#"{"dtype":"U8","shape":[2],"data_offsets":[0,2]}"#;
+    // Invalid JSON anywhere beats a repeated name before it.
+    let d = header_detail(&file(&format!(r#"{{"a":{t},"a":{t},}}"#), 2));
+    assert!(d.starts_with("invalid JSON"), "{d}");
+    // A repeat beats any other problem, wherever the problem is.
+    for json in [
+        format!(r#"{{"a":{{"dtype":"U8","shape":[-1],"data_offsets":[0,2]}},"a":{t}}}"#),
+        format!(r#"{{"x":[1],"a":{t},"a":{t}}}"#),
+        format!(r#"{{"__metadata__":{{"k":1}},"a":{t},"a":{t}}}"#),
+        format!(r#"{{"b":{{"dtype":"U8","shape":[9],"data_offsets":[0,9]}},"a":{t},"a":{t}}}"#),
+    ] {
+        assert!(
+            matches!(err(&file(&json, 2)), Error::DuplicateTensor { ref name } if name == "a"),
+            "{json}"
+        );
+    }
+    // The first repeat in text order, at any depth.
+    let json = format!(
+        r#"{{"a":{{"dtype":"U8","x":{{"k":1,"k":2}},"shape":[2],"data_offsets":[0,2]}},"a":{t}}}"#
+    );
+    let d = header_detail(&file(&json, 2));
+    assert!(d.contains("tensor 'a': duplicate key 'k'"), "{d}");
+    // A repeated field whose first value was bad is still a repeat.
+    let json = r#"{"a":{"dtype":7,"dtype":"U8","shape":[2],"data_offsets":[0,2]}}"#;
+    let d = header_detail(&file(json, 2));
+    assert!(d.contains("tensor 'a': duplicate key 'dtype'"), "{d}");
+    let json = format!(r#"{{"__metadata__":{{"k":1,"k":"2"}},"a":{t}}}"#);
+    let d = header_detail(&file(&json, 2));
+    assert!(d.contains("duplicate __metadata__ key 'k'"), "{d}");
+    // Otherwise the first problem in text order, named.
+    let json = r#"{"a":{"dtype":"U8","shape":[2],"data_offsets":[0]},"b":{"dtype":"XX","shape":[2],"data_offsets":[2,4]}}"#;
+    let d = header_detail(&file(json, 4));
+    assert!(
+        d.contains("tensor 'a'") && d.contains("data_offsets"),
+        "{d}"
+    );
+    // Unknown fields are ignored, as the safetensors crate does.
+    let json =
+        r#"{"a":{"dtype":"U8","shape":[2],"extra":{"x":[1,{"y":null}]},"data_offsets":[0,2]}}"#;
+    let h = SafetensorsHeader::parse(&file(json, 2)).unwrap();
+    assert_eq!(h.tensors()[0].nbytes, 2);
+}
