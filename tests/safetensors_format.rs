@@ -684,3 +684,23 @@ fn one_pass_keeps_the_precedence_of_errors() {
     let h = SafetensorsHeader::parse(&file(json, 2)).unwrap();
     assert_eq!(h.tensors()[0].nbytes, 2);
 }
+
+#[test]
+fn a_repeat_is_found_among_thousands_of_names() {
+    // Past several growths of the name set: the repeat of an early name.
+    let mut entries: Vec<String> = (0..5000)
+        .map(|i| {
+            format!(
+                r#""t{i}":{{"dtype":"U8","shape":[1],"data_offsets":[{i},{}]}}"#,
+                i + 1
+            )
+        })
+        .collect();
+    let ok = format!("{{{}}}", entries.join(","));
+    let h = SafetensorsHeader::parse(&file(&ok, 5000)).unwrap();
+    assert_eq!(h.tensors().len(), 5000);
+    assert_eq!(h.tensor_index("t4999"), Some(4999));
+    entries.push(r#""t17":{"dtype":"U8","shape":[0],"data_offsets":[5000,5000]}"#.into());
+    let json = format!("{{{}}}", entries.join(","));
+    assert!(matches!(err(&file(&json, 5000)), Error::DuplicateTensor { name } if name == "t17"));
+}
