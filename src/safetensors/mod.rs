@@ -78,17 +78,7 @@ fn read_len(prefix: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(b))
 }
 
-/// The outcome of [`SafetensorsHeader::parse_prefix`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Parse {
-    /// The prefix held the whole header.
-    Complete(SafetensorsHeader),
-    /// The prefix ends inside the header; at least `min_len` bytes of the file are needed.
-    NeedMore {
-        /// The prefix length to try next (at most the file's length).
-        min_len: u64,
-    },
-}
+pub use crate::format::Parse;
 
 /// A validated safetensors header. It owns its tables and borrows nothing.
 ///
@@ -162,7 +152,7 @@ impl SafetensorsHeader {
     ///   that disagree with dtype × shape or run backwards, other duplicate
     ///   keys, what the `safetensors` crate's own validation rejects (gaps,
     ///   a data section not starting at 0), and bytes after the data section.
-    pub fn parse_prefix(prefix: &[u8], file_len: u64) -> Result<Parse> {
+    pub fn parse_prefix(prefix: &[u8], file_len: u64) -> Result<Parse<SafetensorsHeader>> {
         let prefix = &prefix[..prefix
             .len()
             .min(usize::try_from(file_len).unwrap_or(usize::MAX))];
