@@ -3,9 +3,10 @@
 //! huge safetensors header, must be rejected by the parser, the stream load
 //! and the mapped load while the calling thread allocates at most 1 MiB.
 //!
-//! A counting `#[global_allocator]` wraps `System` and adds up the bytes
-//! allocated by the current thread while its counter is switched on (other
-//! test threads run in parallel and are not counted). It sees heap
+//! The suite's counting `#[global_allocator]` (tests/common/counting_alloc.rs)
+//! wraps `System` and adds up the bytes allocated by the current thread
+//! while its counter is switched on (other test threads run in parallel and
+//! are not counted). It sees heap
 //! allocations only: weightmap's owned tensor buffers are anonymous mappings
 //! and the mapped path is a file mapping, neither of which goes through the
 //! allocator — but every file here is rejected while its header is parsed,
@@ -13,8 +14,6 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::path::Path;
 
 use common::{vt, RawGguf};
@@ -24,89 +23,17 @@ use weightmap::{Error, LoadOptions, Weights};
 
 // ---- the counting allocator --------------------------------------------------------
 
-struct Counting;
-
-/// Per-thread counter state. All `Cell`s of `Copy` types with `const`
-/// initialisers: reading or writing them never allocates and registers no
-/// destructor, so the allocator can use them without recursing into itself.
-struct Counter {
-    /// Counting is on for this thread.
-    on: Cell<bool>,
-    /// Inside `record` (guards against reentrancy, should anything in it allocate).
-    busy: Cell<bool>,
-    /// Bytes allocated (sum of sizes; a realloc counts its new size).
-    bytes: Cell<u64>,
-    /// Number of allocations.
-    count: Cell<u64>,
-}
-
-thread_local! {
-    static COUNTER: Counter = const {
-        Counter {
-            on: Cell::new(false),
-            busy: Cell::new(false),
-            bytes: Cell::new(0),
-            count: Cell::new(0),
-        }
-    };
-}
-
-fn record(size: usize) {
-    // try_with: during thread teardown the slot may be gone; then do nothing.
-    let _ = COUNTER.try_with(|c| {
-        if c.on.get() && !c.busy.replace(true) {
-            c.bytes.set(c.bytes.get().saturating_add(size as u64));
-            c.count.set(c.count.get() + 1);
-            c.busy.set(false);
-        }
-    });
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments
-// unchanged; `record` only touches thread-local `Cell`s and never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        record(layout.size());
-        // SAFETY: forwarded.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        record(layout.size());
-        // SAFETY: forwarded.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // Conservative: the whole new size, as if freshly allocated.
-        record(new_size);
-        // SAFETY: forwarded.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+#[path = "common/counting_alloc.rs"]
+mod counting_alloc;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: counting_alloc::Counting = counting_alloc::Counting;
 
 /// Run `f` with this thread's counter on: its result, the bytes and the
 /// number of allocations it made on this thread.
 fn measure<R>(f: impl FnOnce() -> R) -> (R, u64, u64) {
-    COUNTER.with(|c| {
-        c.bytes.set(0);
-        c.count.set(0);
-        c.on.set(true);
-    });
-    let r = f();
-    let (bytes, count) = COUNTER.with(|c| {
-        c.on.set(false);
-        (c.bytes.get(), c.count.get())
-    });
-    (r, bytes, count)
+    let (r, n) = counting_alloc::measure(f);
+    (r, n.bytes, n.count)
 }
 
 const LIMIT: u64 = 1 << 20;
