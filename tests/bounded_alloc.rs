@@ -6,10 +6,10 @@
 //! The suite's counting `#[global_allocator]` (tests/common/counting_alloc.rs)
 //! wraps `System` and adds up the bytes allocated by the current thread
 //! while its counter is switched on (other test threads run in parallel and
-//! are not counted). It sees heap
-//! allocations only: weightmap's owned tensor buffers are anonymous mappings
-//! and the mapped path is a file mapping, neither of which goes through the
-//! allocator — but every file here is rejected while its header is parsed,
+//! are not counted). It sees heap allocations only: weightmap's owned
+//! buffers of `CpuBuffer::MAP_THRESHOLD` bytes or more are anonymous
+//! mappings and the mapped path is a file mapping, neither of which goes
+//! through the allocator — but every file here is rejected while its header is parsed,
 //! before any buffer exists (the tests check the error is a header error).
 
 mod common;
@@ -248,4 +248,34 @@ fn claims_a_huge_safetensors_header() {
         st_parse,
         |e| matches!(e, Error::Truncated { needed, .. } if *needed == weightmap::safetensors::MAX_HEADER_LEN),
     );
+}
+
+// ---- owned copies ----------------------------------------------------------------
+
+#[test]
+fn a_small_owned_copy_is_a_heap_block_and_a_large_one_is_not() {
+    use weightmap::buffer::CpuBuffer;
+    use weightmap::gguf::write::Writer;
+    use weightmap::TensorType;
+    let big = CpuBuffer::MAP_THRESHOLD;
+    let mut w = Writer::new(32);
+    w.tensor("norm", TensorType::F32, &[64], vec![1; 256]);
+    w.tensor("big", TensorType::I8, &[big as u64], vec![2; big]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.gguf");
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    // SAFETY: the file is not modified while loaded.
+    let weights = unsafe { Weights::load(&path, &LoadOptions::default()) }.unwrap();
+
+    // The 256-byte norm: its 256 bytes come from the allocator (no mmap).
+    let norm = weights.tensor("norm").unwrap();
+    let (owned, bytes, _) = measure(|| norm.to_owned_tensor().unwrap());
+    assert_eq!(owned.bytes(), &[1u8; 256][..]);
+    assert_eq!(owned.bytes().as_ptr() as usize % 32, 0);
+    assert!(bytes >= 256, "counted {bytes} bytes");
+    // The large one is a mapping: the allocator sees only small bookkeeping.
+    let large = weights.tensor("big").unwrap();
+    let (owned, bytes, _) = measure(|| large.to_owned_tensor().unwrap());
+    assert!(owned.bytes().iter().all(|&b| b == 2));
+    assert!(bytes < big as u64 / 2, "counted {bytes} bytes");
 }
