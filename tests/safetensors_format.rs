@@ -704,3 +704,23 @@ fn a_repeat_is_found_among_thousands_of_names() {
     let json = format!("{{{}}}", entries.join(","));
     assert!(matches!(err(&file(&json, 5000)), Error::DuplicateTensor { name } if name == "t17"));
 }
+
+#[test]
+fn deep_nesting_is_an_error_not_a_stack_overflow() {
+    // Inside an unknown field, in __metadata__, and as a tensor entry.
+    for (head, tail) in [
+        (
+            r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":"#,
+            "}}",
+        ),
+        (r#"{"__metadata__":{"k":"#, "}}"),
+        (r#"{"a":"#, "}"),
+    ] {
+        let json = format!("{head}{}{}{tail}", "[".repeat(100_000), "]".repeat(100_000));
+        let d = header_detail(&file(&json, 1));
+        assert!(
+            d.starts_with("invalid JSON") && d.contains("recursion"),
+            "{d}"
+        );
+    }
+}
