@@ -724,3 +724,91 @@ fn deep_nesting_is_an_error_not_a_stack_overflow() {
         );
     }
 }
+
+// ---- against the safetensors crate ------------------------------------------------
+
+mod differential {
+    use super::*;
+    use proptest::prelude::*;
+
+    const DTYPES: [(&str, u64); 6] = [
+        ("F32", 4),
+        ("F16", 2),
+        ("U8", 1),
+        ("I64", 8),
+        ("BOOL", 1),
+        ("F8_E4M3", 1),
+    ];
+
+    /// A header of up to 12 tensors with unique names, laid out in a random
+    /// order, with one offset optionally nudged and the data optionally one
+    /// byte too long or short.
+    fn header() -> impl Strategy<Value = Vec<u8>> {
+        let tensor = (0..DTYPES.len(), prop::collection::vec(0u64..4, 0..3));
+        (
+            prop::collection::vec(tensor, 0..12),
+            any::<u64>(),
+            prop::option::of((any::<prop::sample::Index>(), -3i64..4)),
+            -1i64..2,
+        )
+            .prop_map(|(ts, order, nudge, extra)| {
+                let mut idx: Vec<usize> = (0..ts.len()).collect();
+                // A deterministic shuffle from `order`.
+                for i in (1..idx.len()).rev() {
+                    idx.swap(i, (order.rotate_left(i as u32) % (i as u64 + 1)) as usize);
+                }
+                let mut off = 0u64;
+                let mut entries = Vec::new();
+                for (k, &i) in idx.iter().enumerate() {
+                    let (d, shape) = &ts[i];
+                    let (name, size) = DTYPES[*d];
+                    let n = size * shape.iter().product::<u64>();
+                    let mut begin = off;
+                    if let Some((at, by)) = nudge {
+                        if at.index(idx.len().max(1)) == k {
+                            begin = begin.saturating_add_signed(by);
+                        }
+                    }
+                    entries.push(format!(
+                        r#""t{i}":{{"dtype":"{name}","shape":{shape:?},"data_offsets":[{begin},{}]}}"#,
+                        begin + n
+                    ));
+                    off += n;
+                }
+                let data = off.saturating_add_signed(extra) as usize;
+                file(&format!("{{{}}}", entries.join(",")), data)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// weightmap accepts exactly the headers the safetensors crate
+        /// accepts (unique names, byte-sized dtypes), with the same tensors.
+        #[test]
+        fn accepts_what_the_crate_accepts(bytes in header()) {
+            let ours = SafetensorsHeader::parse(&bytes);
+            let theirs = safetensors::SafeTensors::deserialize(&bytes);
+            prop_assert_eq!(ours.is_ok(), theirs.is_ok(), "{:?} vs {:?}", ours.as_ref().err(), theirs.as_ref().err());
+            if let (Ok(h), Ok(st)) = (ours, theirs) {
+                prop_assert_eq!(h.tensors().len(), st.len());
+                for t in h.tensors() {
+                    let v = st.tensor(&t.name).unwrap();
+                    let shape: Vec<u64> = v.shape().iter().map(|&d| d as u64).collect();
+                    prop_assert_eq!(&t.shape[..], &shape[..]);
+                    let r = t.file_range();
+                    prop_assert_eq!(&bytes[r.start as usize..r.end as usize], v.data());
+                }
+            }
+        }
+
+        /// Any byte of a header changed: an answer, never a panic.
+        #[test]
+        fn a_changed_byte_is_never_a_panic(bytes in header(), at in any::<prop::sample::Index>(), b in any::<u8>()) {
+            let mut bytes = bytes;
+            let i = 8 + at.index(bytes.len() - 8);
+            bytes[i] = b;
+            let _ = SafetensorsHeader::parse(&bytes);
+        }
+    }
+}

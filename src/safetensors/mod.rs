@@ -150,7 +150,7 @@ impl SafetensorsHeader {
     ///   where there is one: header length over [`MAX_HEADER_LEN`], invalid
     ///   JSON, an unknown or sub-byte dtype, a malformed entry, `data_offsets`
     ///   that disagree with dtype × shape or run backwards, other duplicate
-    ///   keys, what the `safetensors` crate's own validation rejects (gaps,
+    ///   keys, what the `safetensors` crate's contiguity rule rejects (gaps,
     ///   a data section not starting at 0), and bytes after the data section.
     pub fn parse_prefix(prefix: &[u8], file_len: u64) -> Result<Parse<SafetensorsHeader>> {
         let prefix = &prefix[..prefix
