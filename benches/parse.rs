@@ -11,72 +11,24 @@
 //!
 //! Run: `cargo bench --bench parse -- --warm-up-time 1 --measurement-time 3`
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::io::{self, Read, Seek, SeekFrom};
-use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering::Relaxed};
 
 use criterion::{criterion_group, Criterion};
 use gguf_rs_lib::reader::GGUFFileReader;
+use weightmap::gguf::write::{OwnedValue, Writer};
 use weightmap::gguf::{GgufHeader, Parse};
+use weightmap::TensorType;
 
-// ---- a counting allocator (counts only while enabled) -----------------------
+// ---- the suite's counting allocator ------------------------------------------
 
-struct Counting;
-
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-static PEAK: AtomicIsize = AtomicIsize::new(0);
-
-fn count(delta: isize) {
-    if COUNTING.load(Relaxed) {
-        let now = LIVE.fetch_add(delta, Relaxed) + delta;
-        PEAK.fetch_max(now, Relaxed);
-    }
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        count(l.size() as isize);
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        count(-(l.size() as isize));
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        count(new as isize - l.size() as isize);
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.realloc(p, l, new) }
-    }
-}
+#[path = "../tests/common/counting_alloc.rs"]
+mod counting_alloc;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: counting_alloc::Counting = counting_alloc::Counting;
 
 // ---- the header --------------------------------------------------------------
-
-#[derive(Default)]
-struct Out(Vec<u8>);
-
-impl Out {
-    fn u32(&mut self, v: u32) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn str(&mut self, s: &str) {
-        self.u64(s.len() as u64);
-        self.0.extend_from_slice(s.as_bytes());
-    }
-    fn key(&mut self, k: &str, type_id: u32) {
-        self.str(k);
-        self.u32(type_id);
-    }
-}
 
 const N_VOCAB: usize = 262_144;
 
@@ -127,93 +79,66 @@ fn gemma3_header() -> Header {
     const Q: u64 = 1024;
     const KV: u64 = 256;
     const HEAD: u64 = 256;
-    const Q8_0: u32 = 8;
-    const F32: u32 = 0;
+    const Q8_0: TensorType = TensorType::Q8_0;
+    const F32: TensorType = TensorType::F32;
     let toks = tokens();
     let vocab_bytes = toks.iter().map(String::len).sum();
 
-    let mut kv = Out::default();
-    let mut n_kv = 0;
-    let mut add = |kv: &mut Out, k: &str, t: u32, payload: &dyn Fn(&mut Out)| {
-        kv.key(k, t);
-        payload(kv);
-        n_kv += 1;
-    };
-    add(&mut kv, "general.architecture", 8, &|o| o.str("gemma3"));
-    add(&mut kv, "general.type", 8, &|o| o.str("model"));
-    add(&mut kv, "general.name", 8, &|o| o.str("Gemma 3 270m It"));
-    add(&mut kv, "general.finetune", 8, &|o| o.str("it"));
-    add(&mut kv, "general.basename", 8, &|o| o.str("gemma-3"));
-    add(&mut kv, "general.size_label", 8, &|o| o.str("270M"));
-    add(&mut kv, "general.license", 8, &|o| o.str("gemma"));
-    add(&mut kv, "general.file_type", 4, &|o| o.u32(7));
-    add(&mut kv, "general.quantization_version", 4, &|o| o.u32(2));
-    add(&mut kv, "gemma3.context_length", 4, &|o| o.u32(32768));
-    add(&mut kv, "gemma3.embedding_length", 4, &|o| {
-        o.u32(EMBD as u32)
-    });
-    add(&mut kv, "gemma3.block_count", 4, &|o| o.u32(18));
-    add(&mut kv, "gemma3.feed_forward_length", 4, &|o| {
-        o.u32(FF as u32)
-    });
-    add(&mut kv, "gemma3.attention.head_count", 4, &|o| o.u32(4));
-    add(&mut kv, "gemma3.attention.head_count_kv", 4, &|o| o.u32(1));
-    add(&mut kv, "gemma3.attention.key_length", 4, &|o| {
-        o.u32(HEAD as u32)
-    });
-    add(&mut kv, "gemma3.attention.value_length", 4, &|o| {
-        o.u32(HEAD as u32)
-    });
-    add(&mut kv, "gemma3.attention.sliding_window", 4, &|o| {
-        o.u32(512)
-    });
-    add(&mut kv, "gemma3.rope.freq_base", 6, &|o| {
-        o.u32(1_000_000f32.to_bits())
-    });
-    add(
-        &mut kv,
+    let mut w = Writer::new(32);
+    for (k, v) in [
+        ("general.architecture", "gemma3"),
+        ("general.type", "model"),
+        ("general.name", "Gemma 3 270m It"),
+        ("general.finetune", "it"),
+        ("general.basename", "gemma-3"),
+        ("general.size_label", "270M"),
+        ("general.license", "gemma"),
+    ] {
+        w.kv_str(k, v);
+    }
+    for (k, v) in [
+        ("general.file_type", 7),
+        ("general.quantization_version", 2),
+        ("gemma3.context_length", 32768),
+        ("gemma3.embedding_length", EMBD as u32),
+        ("gemma3.block_count", 18),
+        ("gemma3.feed_forward_length", FF as u32),
+        ("gemma3.attention.head_count", 4),
+        ("gemma3.attention.head_count_kv", 1),
+        ("gemma3.attention.key_length", HEAD as u32),
+        ("gemma3.attention.value_length", HEAD as u32),
+        ("gemma3.attention.sliding_window", 512),
+    ] {
+        w.kv_u32(k, v);
+    }
+    w.kv("gemma3.rope.freq_base", OwnedValue::F32(1_000_000.0));
+    w.kv(
         "gemma3.attention.layer_norm_rms_epsilon",
-        6,
-        &|o| o.u32(1e-6f32.to_bits()),
+        OwnedValue::F32(1e-6),
     );
-    add(&mut kv, "tokenizer.ggml.model", 8, &|o| o.str("llama"));
-    add(&mut kv, "tokenizer.ggml.pre", 8, &|o| o.str("default"));
-    add(&mut kv, "tokenizer.ggml.tokens", 9, &|o| {
-        o.u32(8);
-        o.u64(N_VOCAB as u64);
-        for t in &toks {
-            o.str(t);
-        }
-    });
-    add(&mut kv, "tokenizer.ggml.scores", 9, &|o| {
-        o.u32(6);
-        o.u64(N_VOCAB as u64);
-        for i in 0..N_VOCAB {
-            o.u32((-(i as f32)).to_bits());
-        }
-    });
-    add(&mut kv, "tokenizer.ggml.token_type", 9, &|o| {
-        o.u32(5);
-        o.u64(N_VOCAB as u64);
-        for i in 0..N_VOCAB {
-            o.u32(if i < 256 { 6 } else { 1 });
-        }
-    });
+    w.kv_str("tokenizer.ggml.model", "llama");
+    w.kv_str("tokenizer.ggml.pre", "default");
+    w.kv_str_array("tokenizer.ggml.tokens", &toks);
+    let scores: Vec<f32> = (0..N_VOCAB).map(|i| -(i as f32)).collect();
+    w.kv_f32_array("tokenizer.ggml.scores", &scores);
+    let types: Vec<i32> = (0..N_VOCAB).map(|i| if i < 256 { 6 } else { 1 }).collect();
+    w.kv_i32_array("tokenizer.ggml.token_type", &types);
     for (k, v) in [
         ("tokenizer.ggml.bos_token_id", 2),
         ("tokenizer.ggml.eos_token_id", 106),
         ("tokenizer.ggml.unknown_token_id", 3),
         ("tokenizer.ggml.padding_token_id", 0),
     ] {
-        add(&mut kv, k, 4, &|o| o.u32(v));
+        w.kv_u32(k, v);
     }
-    add(&mut kv, "tokenizer.ggml.add_bos_token", 7, &|o| o.0.push(1));
-    add(&mut kv, "tokenizer.ggml.add_eos_token", 7, &|o| o.0.push(0));
+    w.kv("tokenizer.ggml.add_bos_token", OwnedValue::Bool(true));
+    w.kv("tokenizer.ggml.add_eos_token", OwnedValue::Bool(false));
     let template = "{{ bos_token }}{% for message in messages %}<start_of_turn>{{ message['role'] }}\n{{ message['content'] | trim }}<end_of_turn>\n{% endfor %}".repeat(12);
-    add(&mut kv, "tokenizer.chat_template", 8, &|o| o.str(&template));
+    w.kv_str("tokenizer.chat_template", &template);
 
-    // Tensors, in gguf order, as (name, type, ne).
-    let mut ts: Vec<(String, u32, Vec<u64>)> = vec![
+    // Tensors, in gguf order, as (name, type, ne); their data is never
+    // written (the bench claims the file's length instead).
+    let mut ts: Vec<(String, TensorType, Vec<u64>)> = vec![
         ("token_embd.weight".into(), Q8_0, vec![EMBD, N_VOCAB as u64]),
         ("output_norm.weight".into(), F32, vec![EMBD]),
     ];
@@ -236,31 +161,25 @@ fn gemma3_header() -> Header {
         ]);
     }
     assert_eq!(ts.len(), 236);
-
-    let mut h = Out::default();
-    h.0.extend_from_slice(b"GGUF");
-    h.u32(3);
-    h.u64(ts.len() as u64);
-    h.u64(n_kv as u64);
-    h.0.extend_from_slice(&kv.0);
-    let mut off = 0u64;
     for (name, ty, ne) in &ts {
-        h.str(name);
-        h.u32(ne.len() as u32);
-        for &d in ne {
-            h.u64(d);
-        }
-        h.u32(*ty);
-        h.u64(off);
-        let n: u64 = ne.iter().product();
-        let size = if *ty == Q8_0 { n / 32 * 34 } else { n * 4 };
-        off = (off + size).div_ceil(32) * 32;
+        w.tensor_deferred(name, *ty, ne);
     }
-    let padded = h.0.len().div_ceil(32) * 32;
-    h.0.resize(padded, 0);
+
+    let (bytes, offsets) = w.header_bytes();
+    let (last, ty, ne) = (
+        offsets[ts.len() - 1],
+        ts[ts.len() - 1].1,
+        &ts[ts.len() - 1].2,
+    );
+    let end = last + ty.bytes_for(ne.iter().product()).unwrap();
+    let file_len = bytes.len() as u64 + end.div_ceil(32) * 32;
+    let n_kv = match GgufHeader::parse_prefix(&bytes, file_len).unwrap() {
+        Parse::Complete(h) => h.kv_count(),
+        Parse::NeedMore { min_len } => panic!("header incomplete, needs {min_len}"),
+    };
     Header {
-        file_len: padded as u64 + off,
-        bytes: h.0,
+        file_len,
+        bytes,
         n_tensors: ts.len(),
         n_kv,
         vocab_bytes,
@@ -322,23 +241,14 @@ fn rss_anon_kib() -> u64 {
 }
 
 /// (RssAnon growth KiB, heap live after, heap peak during) across one `parse`.
-fn measure<T>(parse: impl FnOnce() -> T) -> (i64, isize, isize, T) {
+fn measure<T>(parse: impl FnOnce() -> T) -> (i64, i64, i64, T) {
     // Return freed heap to the OS so that reused pages do not hide growth.
     // SAFETY: malloc_trim has no preconditions.
     unsafe { libc::malloc_trim(0) };
-    LIVE.store(0, Relaxed);
-    PEAK.store(0, Relaxed);
     let before = rss_anon_kib();
-    COUNTING.store(true, Relaxed);
-    let out = black_box(parse());
-    COUNTING.store(false, Relaxed);
+    let (out, n) = counting_alloc::measure(|| black_box(parse()));
     let after = rss_anon_kib();
-    (
-        after as i64 - before as i64,
-        LIVE.load(Relaxed),
-        PEAK.load(Relaxed),
-        out,
-    )
+    (after as i64 - before as i64, n.live, n.peak, out)
 }
 
 fn report_memory(h: &Header) {

@@ -657,6 +657,15 @@ impl Error {
         }
     }
 
+    /// [`Error::TensorSizeOverflow`]: `what` ("element count", "byte size",
+    /// "offset + size", ...) of the tensor `tensor` overflows.
+    pub(crate) fn size_overflow(tensor: &str, what: &'static str) -> Error {
+        Error::TensorSizeOverflow {
+            tensor: tensor.to_owned(),
+            what,
+        }
+    }
+
     /// A short, stable name for the variant, for JSON output and tests.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -62,11 +62,29 @@ pub enum Header {
     Safetensors(SafetensorsHeader),
 }
 
-/// The outcome of [`Header::parse_prefix`].
-#[derive(Debug)]
-pub(crate) enum Progress {
-    Complete(Header),
-    NeedMore(u64),
+/// The outcome of parsing a header from the first bytes of a file
+/// ([`crate::gguf::GgufHeader::parse_prefix`],
+/// [`crate::safetensors::SafetensorsHeader::parse_prefix`]): the header, or
+/// how long a prefix to try next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parse<T> {
+    /// The prefix held the whole header.
+    Complete(T),
+    /// The prefix ends inside the header; at least `min_len` bytes of the file are needed.
+    NeedMore {
+        /// The prefix length to try next (at most the file's length).
+        min_len: u64,
+    },
+}
+
+impl<T> Parse<T> {
+    /// The same outcome with the header mapped by `f`.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Parse<U> {
+        match self {
+            Parse::Complete(h) => Parse::Complete(f(h)),
+            Parse::NeedMore { min_len } => Parse::NeedMore { min_len },
+        }
+    }
 }
 
 impl Header {
@@ -81,19 +99,17 @@ impl Header {
         })
     }
 
-    pub(crate) fn parse_prefix(prefix: &[u8], file_len: u64) -> Result<Progress> {
+    pub(crate) fn parse_prefix(prefix: &[u8], file_len: u64) -> Result<Parse<Header>> {
         if (prefix.len() as u64) < file_len.min(9) {
-            return Ok(Progress::NeedMore(file_len.min(9)));
+            return Ok(Parse::NeedMore {
+                min_len: file_len.min(9),
+            });
         }
         Ok(match Format::detect(prefix)? {
-            Format::Gguf => match GgufHeader::parse_prefix(prefix, file_len)? {
-                gguf::Parse::Complete(h) => Progress::Complete(Header::Gguf(h)),
-                gguf::Parse::NeedMore { min_len } => Progress::NeedMore(min_len),
-            },
-            Format::Safetensors => match SafetensorsHeader::parse_prefix(prefix, file_len)? {
-                st::Parse::Complete(h) => Progress::Complete(Header::Safetensors(h)),
-                st::Parse::NeedMore { min_len } => Progress::NeedMore(min_len),
-            },
+            Format::Gguf => GgufHeader::parse_prefix(prefix, file_len)?.map(Header::Gguf),
+            Format::Safetensors => {
+                SafetensorsHeader::parse_prefix(prefix, file_len)?.map(Header::Safetensors)
+            }
         })
     }
 
@@ -241,7 +257,7 @@ pub(crate) fn read_header(
         bytes.resize(want_usize, 0);
         read_at(file, &mut bytes[have..], have as u64).map_err(|e| Error::io("read", path, e))?;
         match Header::parse_prefix(&bytes, file_len)? {
-            Progress::Complete(h) => {
+            Parse::Complete(h) => {
                 // Keep the header only: the slack of the last read is tensor
                 // data, which the caller reads into place itself.
                 let header_end = match &h {
@@ -252,7 +268,7 @@ pub(crate) fn read_header(
                 bytes.shrink_to_fit();
                 return Ok((h, bytes));
             }
-            Progress::NeedMore(min) => {
+            Parse::NeedMore { min_len: min } => {
                 // Grow geometrically so a huge header costs O(n) reads and
                 // O(n log n) re-parsing at worst; never past the file.
                 want = min.max(want.saturating_mul(2)).min(file_len);

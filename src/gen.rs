@@ -50,7 +50,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::{Error, Result};
-use crate::format::{Format, Header, Progress};
+use crate::format::{Format, Header, Parse};
 use crate::gguf::write::{OwnedValue, Writer};
 use crate::gguf::ValueType;
 use crate::outfile::OutFile;
@@ -326,8 +326,8 @@ const CHUNK: usize = 4 << 20;
 /// have: a generator bug surfaces as the parser's own error, before any data.
 fn check_header(prefix: &[u8], file_len: u64) -> Result<()> {
     match Header::parse_prefix(prefix, file_len)? {
-        Progress::Complete(_) => Ok(()),
-        Progress::NeedMore(n) => Err(Error::Truncated {
+        Parse::Complete(_) => Ok(()),
+        Parse::NeedMore { min_len: n } => Err(Error::Truncated {
             what: "generated header".into(),
             offset: prefix.len() as u64,
             needed: n.saturating_sub(prefix.len() as u64),

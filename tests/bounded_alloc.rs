@@ -3,18 +3,17 @@
 //! huge safetensors header, must be rejected by the parser, the stream load
 //! and the mapped load while the calling thread allocates at most 1 MiB.
 //!
-//! A counting `#[global_allocator]` wraps `System` and adds up the bytes
-//! allocated by the current thread while its counter is switched on (other
-//! test threads run in parallel and are not counted). It sees heap
-//! allocations only: weightmap's owned tensor buffers are anonymous mappings
-//! and the mapped path is a file mapping, neither of which goes through the
-//! allocator — but every file here is rejected while its header is parsed,
+//! The suite's counting `#[global_allocator]` (tests/common/counting_alloc.rs)
+//! wraps `System` and adds up the bytes allocated by the current thread
+//! while its counter is switched on (other test threads run in parallel and
+//! are not counted). It sees heap allocations only: weightmap's owned
+//! buffers of `CpuBuffer::MAP_THRESHOLD` bytes or more are anonymous
+//! mappings and the mapped path is a file mapping, neither of which goes
+//! through the allocator — but every file here is rejected while its header is parsed,
 //! before any buffer exists (the tests check the error is a header error).
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::path::Path;
 
 use common::{vt, RawGguf};
@@ -24,89 +23,17 @@ use weightmap::{Error, LoadOptions, Weights};
 
 // ---- the counting allocator --------------------------------------------------------
 
-struct Counting;
-
-/// Per-thread counter state. All `Cell`s of `Copy` types with `const`
-/// initialisers: reading or writing them never allocates and registers no
-/// destructor, so the allocator can use them without recursing into itself.
-struct Counter {
-    /// Counting is on for this thread.
-    on: Cell<bool>,
-    /// Inside `record` (guards against reentrancy, should anything in it allocate).
-    busy: Cell<bool>,
-    /// Bytes allocated (sum of sizes; a realloc counts its new size).
-    bytes: Cell<u64>,
-    /// Number of allocations.
-    count: Cell<u64>,
-}
-
-thread_local! {
-    static COUNTER: Counter = const {
-        Counter {
-            on: Cell::new(false),
-            busy: Cell::new(false),
-            bytes: Cell::new(0),
-            count: Cell::new(0),
-        }
-    };
-}
-
-fn record(size: usize) {
-    // try_with: during thread teardown the slot may be gone; then do nothing.
-    let _ = COUNTER.try_with(|c| {
-        if c.on.get() && !c.busy.replace(true) {
-            c.bytes.set(c.bytes.get().saturating_add(size as u64));
-            c.count.set(c.count.get() + 1);
-            c.busy.set(false);
-        }
-    });
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments
-// unchanged; `record` only touches thread-local `Cell`s and never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        record(layout.size());
-        // SAFETY: forwarded.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        record(layout.size());
-        // SAFETY: forwarded.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // Conservative: the whole new size, as if freshly allocated.
-        record(new_size);
-        // SAFETY: forwarded.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+#[path = "common/counting_alloc.rs"]
+mod counting_alloc;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: counting_alloc::Counting = counting_alloc::Counting;
 
 /// Run `f` with this thread's counter on: its result, the bytes and the
 /// number of allocations it made on this thread.
 fn measure<R>(f: impl FnOnce() -> R) -> (R, u64, u64) {
-    COUNTER.with(|c| {
-        c.bytes.set(0);
-        c.count.set(0);
-        c.on.set(true);
-    });
-    let r = f();
-    let (bytes, count) = COUNTER.with(|c| {
-        c.on.set(false);
-        (c.bytes.get(), c.count.get())
-    });
-    (r, bytes, count)
+    let (r, n) = counting_alloc::measure(f);
+    (r, n.bytes, n.count)
 }
 
 const LIMIT: u64 = 1 << 20;
@@ -321,4 +248,34 @@ fn claims_a_huge_safetensors_header() {
         st_parse,
         |e| matches!(e, Error::Truncated { needed, .. } if *needed == weightmap::safetensors::MAX_HEADER_LEN),
     );
+}
+
+// ---- owned copies ----------------------------------------------------------------
+
+#[test]
+fn a_small_owned_copy_is_a_heap_block_and_a_large_one_is_not() {
+    use weightmap::buffer::CpuBuffer;
+    use weightmap::gguf::write::Writer;
+    use weightmap::TensorType;
+    let big = CpuBuffer::MAP_THRESHOLD;
+    let mut w = Writer::new(32);
+    w.tensor("norm", TensorType::F32, &[64], vec![1; 256]);
+    w.tensor("big", TensorType::I8, &[big as u64], vec![2; big]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.gguf");
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    // SAFETY: the file is not modified while loaded.
+    let weights = unsafe { Weights::load(&path, &LoadOptions::default()) }.unwrap();
+
+    // The 256-byte norm: its 256 bytes come from the allocator (no mmap).
+    let norm = weights.tensor("norm").unwrap();
+    let (owned, bytes, _) = measure(|| norm.to_owned_tensor().unwrap());
+    assert_eq!(owned.bytes(), &[1u8; 256][..]);
+    assert_eq!(owned.bytes().as_ptr() as usize % 32, 0);
+    assert!(bytes >= 256, "counted {bytes} bytes");
+    // The large one is a mapping: the allocator sees only small bookkeeping.
+    let large = weights.tensor("big").unwrap();
+    let (owned, bytes, _) = measure(|| large.to_owned_tensor().unwrap());
+    assert!(owned.bytes().iter().all(|&b| b == 2));
+    assert!(bytes < big as u64 / 2, "counted {bytes} bytes");
 }

@@ -1065,3 +1065,34 @@ fn bool_nonzero_is_true() {
     let file = Gguf::parse(&built.bytes).unwrap();
     assert!(file.metadata().get_bool("a.bool").unwrap());
 }
+
+/// The test suite's layout of a valid file is the library writer's, byte
+/// for byte: `GgufSpec` exists for the fields a test overrides and the
+/// offsets it patches, not as a second idea of what a GGUF file is.
+#[test]
+fn spec_layout_is_the_writers() {
+    use weightmap::gguf::write::{OwnedValue, Writer};
+    use weightmap::gguf::ValueType;
+    use weightmap::TensorType;
+    let mut w = Writer::new(32);
+    w.kv_str("general.name", &"n".repeat(200))
+        .kv_u32("llama.block_count", 2)
+        .kv_str("general.architecture", "llama")
+        .kv(
+            "test.u32_array",
+            OwnedValue::Array(ValueType::U32, (1..=4).map(OwnedValue::U32).collect()),
+        )
+        .kv_str_array("tokenizer.ggml.tokens", &["<s>", "hello", "world"]);
+    for (i, (name, ty, dims)) in [
+        ("token_embd.weight", TensorType::F32, &[4u64, 3][..]),
+        ("blk.0.attn_q.weight", TensorType::Q4_0, &[32, 2]),
+        ("output_norm.weight", TensorType::F16, &[5]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let n = ty.bytes_for(dims.iter().product()).unwrap() as usize;
+        w.tensor(name, ty, dims, common::pattern(i, n));
+    }
+    assert_eq!(w.to_bytes(), common::sample_spec().bytes());
+}

@@ -639,3 +639,176 @@ fn every_supported_dtype_maps() {
         );
     }
 }
+
+#[test]
+fn one_pass_keeps_the_precedence_of_errors() {
+    let t = r#"{"dtype":"U8","shape":[2],"data_offsets":[0,2]}"#;
+    // Invalid JSON anywhere beats a repeated name before it.
+    let d = header_detail(&file(&format!(r#"{{"a":{t},"a":{t},}}"#), 2));
+    assert!(d.starts_with("invalid JSON"), "{d}");
+    // A repeat beats any other problem, wherever the problem is.
+    for json in [
+        format!(r#"{{"a":{{"dtype":"U8","shape":[-1],"data_offsets":[0,2]}},"a":{t}}}"#),
+        format!(r#"{{"x":[1],"a":{t},"a":{t}}}"#),
+        format!(r#"{{"__metadata__":{{"k":1}},"a":{t},"a":{t}}}"#),
+        format!(r#"{{"b":{{"dtype":"U8","shape":[9],"data_offsets":[0,9]}},"a":{t},"a":{t}}}"#),
+    ] {
+        assert!(
+            matches!(err(&file(&json, 2)), Error::DuplicateTensor { ref name } if name == "a"),
+            "{json}"
+        );
+    }
+    // The first repeat in text order, at any depth.
+    let json = format!(
+        r#"{{"a":{{"dtype":"U8","x":{{"k":1,"k":2}},"shape":[2],"data_offsets":[0,2]}},"a":{t}}}"#
+    );
+    let d = header_detail(&file(&json, 2));
+    assert!(d.contains("tensor 'a': duplicate key 'k'"), "{d}");
+    // A repeated field whose first value was bad is still a repeat.
+    let json = r#"{"a":{"dtype":7,"dtype":"U8","shape":[2],"data_offsets":[0,2]}}"#;
+    let d = header_detail(&file(json, 2));
+    assert!(d.contains("tensor 'a': duplicate key 'dtype'"), "{d}");
+    let json = format!(r#"{{"__metadata__":{{"k":1,"k":"2"}},"a":{t}}}"#);
+    let d = header_detail(&file(&json, 2));
+    assert!(d.contains("duplicate __metadata__ key 'k'"), "{d}");
+    // Otherwise the first problem in text order, named.
+    let json = r#"{"a":{"dtype":"U8","shape":[2],"data_offsets":[0]},"b":{"dtype":"XX","shape":[2],"data_offsets":[2,4]}}"#;
+    let d = header_detail(&file(json, 4));
+    assert!(
+        d.contains("tensor 'a'") && d.contains("data_offsets"),
+        "{d}"
+    );
+    // Unknown fields are ignored, as the safetensors crate does.
+    let json =
+        r#"{"a":{"dtype":"U8","shape":[2],"extra":{"x":[1,{"y":null}]},"data_offsets":[0,2]}}"#;
+    let h = SafetensorsHeader::parse(&file(json, 2)).unwrap();
+    assert_eq!(h.tensors()[0].nbytes, 2);
+}
+
+#[test]
+fn a_repeat_is_found_among_thousands_of_names() {
+    // Past several growths of the name set: the repeat of an early name.
+    let mut entries: Vec<String> = (0..5000)
+        .map(|i| {
+            format!(
+                r#""t{i}":{{"dtype":"U8","shape":[1],"data_offsets":[{i},{}]}}"#,
+                i + 1
+            )
+        })
+        .collect();
+    let ok = format!("{{{}}}", entries.join(","));
+    let h = SafetensorsHeader::parse(&file(&ok, 5000)).unwrap();
+    assert_eq!(h.tensors().len(), 5000);
+    assert_eq!(h.tensor_index("t4999"), Some(4999));
+    entries.push(r#""t17":{"dtype":"U8","shape":[0],"data_offsets":[5000,5000]}"#.into());
+    let json = format!("{{{}}}", entries.join(","));
+    assert!(matches!(err(&file(&json, 5000)), Error::DuplicateTensor { name } if name == "t17"));
+}
+
+#[test]
+fn deep_nesting_is_an_error_not_a_stack_overflow() {
+    // Inside an unknown field, in __metadata__, and as a tensor entry.
+    for (head, tail) in [
+        (
+            r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":"#,
+            "}}",
+        ),
+        (r#"{"__metadata__":{"k":"#, "}}"),
+        (r#"{"a":"#, "}"),
+    ] {
+        let json = format!("{head}{}{}{tail}", "[".repeat(100_000), "]".repeat(100_000));
+        let d = header_detail(&file(&json, 1));
+        assert!(
+            d.starts_with("invalid JSON") && d.contains("recursion"),
+            "{d}"
+        );
+    }
+}
+
+// ---- against the safetensors crate ------------------------------------------------
+
+mod differential {
+    use super::*;
+    use proptest::prelude::*;
+
+    const DTYPES: [(&str, u64); 6] = [
+        ("F32", 4),
+        ("F16", 2),
+        ("U8", 1),
+        ("I64", 8),
+        ("BOOL", 1),
+        ("F8_E4M3", 1),
+    ];
+
+    /// A header of up to 12 tensors with unique names, laid out in a random
+    /// order, with one offset optionally nudged and the data optionally one
+    /// byte too long or short.
+    fn header() -> impl Strategy<Value = Vec<u8>> {
+        let tensor = (0..DTYPES.len(), prop::collection::vec(0u64..4, 0..3));
+        (
+            prop::collection::vec(tensor, 0..12),
+            any::<u64>(),
+            prop::option::of((any::<prop::sample::Index>(), -3i64..4)),
+            -1i64..2,
+        )
+            .prop_map(|(ts, order, nudge, extra)| {
+                let mut idx: Vec<usize> = (0..ts.len()).collect();
+                // A deterministic shuffle from `order`.
+                for i in (1..idx.len()).rev() {
+                    idx.swap(i, (order.rotate_left(i as u32) % (i as u64 + 1)) as usize);
+                }
+                let mut off = 0u64;
+                let mut entries = Vec::new();
+                for (k, &i) in idx.iter().enumerate() {
+                    let (d, shape) = &ts[i];
+                    let (name, size) = DTYPES[*d];
+                    let n = size * shape.iter().product::<u64>();
+                    let mut begin = off;
+                    if let Some((at, by)) = nudge {
+                        if at.index(idx.len().max(1)) == k {
+                            begin = begin.saturating_add_signed(by);
+                        }
+                    }
+                    entries.push(format!(
+                        r#""t{i}":{{"dtype":"{name}","shape":{shape:?},"data_offsets":[{begin},{}]}}"#,
+                        begin + n
+                    ));
+                    off += n;
+                }
+                let data = off.saturating_add_signed(extra) as usize;
+                file(&format!("{{{}}}", entries.join(",")), data)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// weightmap accepts exactly the headers the safetensors crate
+        /// accepts (unique names, byte-sized dtypes), with the same tensors.
+        #[test]
+        fn accepts_what_the_crate_accepts(bytes in header()) {
+            let ours = SafetensorsHeader::parse(&bytes);
+            let theirs = safetensors::SafeTensors::deserialize(&bytes);
+            prop_assert_eq!(ours.is_ok(), theirs.is_ok(), "{:?} vs {:?}", ours.as_ref().err(), theirs.as_ref().err());
+            if let (Ok(h), Ok(st)) = (ours, theirs) {
+                prop_assert_eq!(h.tensors().len(), st.len());
+                for t in h.tensors() {
+                    let v = st.tensor(&t.name).unwrap();
+                    let shape: Vec<u64> = v.shape().iter().map(|&d| d as u64).collect();
+                    prop_assert_eq!(&t.shape[..], &shape[..]);
+                    let r = t.file_range();
+                    prop_assert_eq!(&bytes[r.start as usize..r.end as usize], v.data());
+                }
+            }
+        }
+
+        /// Any byte of a header changed: an answer, never a panic.
+        #[test]
+        fn a_changed_byte_is_never_a_panic(bytes in header(), at in any::<prop::sample::Index>(), b in any::<u8>()) {
+            let mut bytes = bytes;
+            let i = 8 + at.index(bytes.len() - 8);
+            bytes[i] = b;
+            let _ = SafetensorsHeader::parse(&bytes);
+        }
+    }
+}

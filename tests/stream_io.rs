@@ -131,7 +131,7 @@ fn a_layout_direct_reads_cannot_use_is_read_buffered_and_says_why() {
     // general.alignment = 8: offsets off 32.
     let mut w = Writer::new(8);
     w.tensor("a", TensorType::F32, &[3], pattern(1, 12));
-    w.tensor("b", TensorType::F32, &[3], pattern(2, 12));
+    w.tensor("b", TensorType::F32, &[1 << 18], pattern(2, 1 << 20));
     let path = dir.path().join("a8.gguf");
     std::fs::write(&path, w.to_bytes()).unwrap();
     let w = Weights::load_streamed(&path, &LoadOptions::new().direct_io(DirectIo::On)).unwrap();

@@ -1,5 +1,7 @@
 //! The CPU buffer type: owned aligned buffers and non-owning mapped buffers.
 
+use std::alloc::Layout;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use memmap2::MmapMut;
@@ -95,30 +97,115 @@ impl BufferType for CpuBufferType {
 
 /// An owned, aligned, zero-initialised host buffer.
 ///
-/// The memory is an anonymous private mapping: page-aligned, zeroed lazily by
-/// the kernel (no up-front memset of a 1 GiB buffer), returned to the system
-/// on drop. Alignments above the page size are met by over-allocating.
+/// Below [`CpuBuffer::MAP_THRESHOLD`] bytes the memory comes from the global
+/// allocator (`alloc_zeroed` with the buffer's aligned `Layout`): a 256-byte
+/// norm copied out of a mapping costs no system call. From the threshold up
+/// it is an anonymous private mapping: page-aligned, zeroed lazily by the
+/// kernel (no up-front memset of a 1 GiB buffer), returned to the system on
+/// drop, and for [`BufferType::alloc_buffer_to_fill`] populated in one call.
+/// Alignments above the page size are met by over-allocating the mapping.
 #[derive(Debug)]
 pub struct CpuBuffer {
-    mem: Option<MmapMut>,
-    start: usize,
+    mem: Memory,
     size: usize,
     alignment: usize,
     usage: BufferUsage,
 }
 
+/// Where a [`CpuBuffer`]'s bytes live.
+#[derive(Debug)]
+enum Memory {
+    /// A zero-byte buffer has no memory.
+    Empty,
+    /// A block from the global allocator.
+    Heap(HeapBlock),
+    /// An anonymous mapping; the buffer starts `start` bytes in.
+    Map { map: MmapMut, start: usize },
+}
+
+/// A zeroed block from the global allocator, freed on drop: a `Box<[u8]>`
+/// with an alignment of the caller's choosing.
+#[derive(Debug)]
+struct HeapBlock {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+// SAFETY: a HeapBlock owns its block exclusively, like a `Box<[u8]>`: it
+// hands out `&[u8]` only through `&self` and `&mut [u8]` only through
+// `&mut self`, so moving it or sharing references across threads is as
+// sound as for a box.
+unsafe impl Send for HeapBlock {}
+// SAFETY: as for Send.
+unsafe impl Sync for HeapBlock {}
+
+impl HeapBlock {
+    /// `size` (nonzero) zeroed bytes at a multiple of `alignment` (a power of two).
+    fn zeroed(size: usize, alignment: usize) -> Result<HeapBlock> {
+        let failed = || Error::Alloc {
+            size,
+            source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+        };
+        // Fails if size rounded up to the alignment overflows isize.
+        let layout = Layout::from_size_align(size, alignment).map_err(|_| failed())?;
+        debug_assert!(layout.size() > 0);
+        // SAFETY: `layout` has a nonzero size: `CpuBuffer::new` handles 0
+        // bytes without memory and only asks for more.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).ok_or_else(failed)?;
+        Ok(HeapBlock { ptr, layout })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr` is a live allocation of `layout.size()` bytes, all
+        // initialised (zeroed when allocated), owned by `self` and borrowed
+        // with it.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`, and `&mut self` makes the borrow unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
+    }
+}
+
+impl Drop for HeapBlock {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` was allocated by the global allocator with `layout`
+        // and is freed only here, once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
 impl CpuBuffer {
+    /// Buffers of this many bytes or more are anonymous mappings; smaller
+    /// ones come from the global allocator. Measured with
+    /// `cargo bench --bench cpu_buffer` (alloc + fill + drop, 16 buffers
+    /// alive at a time): the allocator is 70× faster at 256 B, 27× at 4 KiB,
+    /// 1.4× at 128 KiB, and even from 256 KiB, where glibc maps blocks
+    /// itself; the mapping frees on drop whatever the allocator would keep.
+    pub const MAP_THRESHOLD: usize = 256 << 10;
+
     fn new(size: usize, alignment: usize, prefault: bool) -> Result<CpuBuffer> {
         let alignment = check_alignment(alignment)?;
-        if size == 0 {
-            return Ok(CpuBuffer {
-                mem: None,
-                start: 0,
-                size: 0,
-                alignment,
-                usage: BufferUsage::Any,
-            });
-        }
+        let mem = if size == 0 {
+            Memory::Empty
+        } else if size < Self::MAP_THRESHOLD {
+            Memory::Heap(HeapBlock::zeroed(size, alignment)?)
+        } else {
+            Self::map(size, alignment, prefault)?
+        };
+        Ok(CpuBuffer {
+            mem,
+            size,
+            alignment,
+            usage: BufferUsage::Any,
+        })
+    }
+
+    /// An anonymous mapping of `size` bytes (and slack for an alignment
+    /// above the page size).
+    fn map(size: usize, alignment: usize, prefault: bool) -> Result<Memory> {
         let slack = if alignment > page_size() {
             alignment
         } else {
@@ -135,34 +222,36 @@ impl CpuBuffer {
             // fault per 4 KiB page as the buffer is first written.
             opts.populate();
         }
-        let mem = opts
+        let map = opts
             .map_anon()
             .map_err(|source| Error::Alloc { size, source })?;
-        let addr = mem.as_ptr() as usize;
+        let addr = map.as_ptr() as usize;
         let start = addr.next_multiple_of(alignment) - addr;
-        Ok(CpuBuffer {
-            mem: Some(mem),
-            start,
-            size,
-            alignment,
-            usage: BufferUsage::Any,
-        })
+        Ok(Memory::Map { map, start })
     }
 
     /// The buffer's bytes.
     pub fn bytes(&self) -> &[u8] {
         match &self.mem {
-            Some(m) => &m[self.start..self.start + self.size],
-            None => &[],
+            Memory::Empty => &[],
+            Memory::Heap(b) => b.bytes(),
+            Memory::Map { map, start } => &map[*start..*start + self.size],
         }
     }
 
     /// The buffer's bytes, writable.
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         match &mut self.mem {
-            Some(m) => &mut m[self.start..self.start + self.size],
-            None => &mut [],
+            Memory::Empty => &mut [],
+            Memory::Heap(b) => b.bytes_mut(),
+            Memory::Map { map, start } => &mut map[*start..*start + self.size],
         }
+    }
+
+    /// Whether the bytes are an anonymous mapping (a buffer of at least
+    /// [`CpuBuffer::MAP_THRESHOLD`] bytes) rather than a heap block.
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.mem, Memory::Map { .. })
     }
 }
 
@@ -190,10 +279,11 @@ impl Buffer for CpuBuffer {
     }
     fn base_addr(&self) -> usize {
         match &self.mem {
-            Some(m) => m.as_ptr() as usize + self.start,
             // A zero-byte buffer has no memory; like `NonNull::dangling`, its
             // address is its alignment, so zero-byte placements in it pass.
-            None => self.alignment,
+            Memory::Empty => self.alignment,
+            Memory::Heap(b) => b.bytes().as_ptr() as usize,
+            Memory::Map { map, start } => map.as_ptr() as usize + start,
         }
     }
     fn host_bytes(&self) -> Option<&[u8]> {
@@ -364,6 +454,42 @@ impl Buffer for MappedBuffer {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn small_buffers_are_heap_blocks_large_ones_mappings() {
+        for alignment in [1, 32, 64, 4096, 1 << 16] {
+            let bt = CpuBufferType::with_alignment(alignment).unwrap();
+            for size in [
+                1,
+                256,
+                4097,
+                CpuBuffer::MAP_THRESHOLD - 1,
+                CpuBuffer::MAP_THRESHOLD,
+            ] {
+                for to_fill in [false, true] {
+                    let mut b = CpuBuffer::new(size, alignment, to_fill).unwrap();
+                    let what = format!("{size} bytes at {alignment}, to fill {to_fill}");
+                    assert_eq!(b.is_mapped(), size >= CpuBuffer::MAP_THRESHOLD, "{what}");
+                    assert_eq!(b.base_addr() % alignment, 0, "{what}");
+                    assert_eq!(b.bytes().len(), size, "{what}");
+                    assert!(b.bytes().iter().all(|&x| x == 0), "{what}: zeroed");
+                    b.memset(0, size, 0xA5).unwrap();
+                    b.set(size - 1, &[7]).unwrap();
+                    let mut last = [0u8; 1];
+                    b.get(size - 1, &mut last).unwrap();
+                    assert_eq!(last, [7], "{what}");
+                    assert_eq!(b.bytes()[size - 1], 7, "{what}");
+                    assert_eq!(b.bytes()[0], if size == 1 { 7 } else { 0xA5 }, "{what}");
+                }
+            }
+            assert_eq!(bt.alloc(0).unwrap().base_addr(), alignment);
+        }
+        // A size the aligned layout cannot hold is an error, not a panic.
+        assert!(matches!(
+            HeapBlock::zeroed(usize::MAX - 8, 32),
+            Err(Error::Alloc { .. })
+        ));
+    }
 
     #[test]
     fn a_mapped_buffer_refuses_every_write() {

@@ -17,10 +17,11 @@ mod parse;
 #[cfg(feature = "write")]
 pub mod write;
 
+pub use crate::format::Parse;
 pub use metadata::{
     Array, ArrayElem, GgufStr, MetaInt, Metadata, StrIter, Value, ValueType, ARCHITECTURE_KEY,
 };
-pub use parse::{GgufHeader, Parse};
+pub use parse::GgufHeader;
 
 use crate::error::Result;
 use crate::tensor::TensorInfo;

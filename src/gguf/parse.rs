@@ -5,6 +5,7 @@ use super::metadata::{KvEntry, Metadata, ValueType};
 use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, MAX_NAME_LEN};
 use crate::alloc;
 use crate::error::{Error, Result};
+use crate::format::Parse;
 use crate::tensor::{check_overlap, TensorInfo, TensorTable};
 use crate::types::TensorType;
 
@@ -14,19 +15,6 @@ const MIN_KV_BYTES: u64 = 8 + 1 + 4 + 1;
 const MIN_TENSOR_BYTES: u64 = 8 + 4 + 4 + 8;
 /// Tables start this small and grow as entries are actually parsed.
 const INITIAL_TABLE_CAP: usize = 256;
-
-/// The outcome of [`GgufHeader::parse_prefix`].
-#[derive(Debug)]
-#[allow(clippy::large_enum_variant)]
-pub enum Parse {
-    /// The prefix held the whole header.
-    Complete(GgufHeader),
-    /// The prefix ends inside the header; at least `min_len` bytes of the file are needed.
-    NeedMore {
-        /// The prefix length to try next (at most the file's length).
-        min_len: u64,
-    },
-}
 
 /// A validated GGUF header. It owns its tables and borrows nothing: metadata
 /// values stay in the file's bytes and are read through [`GgufHeader::metadata_in`]
@@ -70,7 +58,7 @@ impl GgufHeader {
     ///
     /// # Errors
     /// Any header problem; a read past `file_len` is [`Error::Truncated`].
-    pub fn parse_prefix(prefix: &[u8], file_len: u64) -> Result<Parse> {
+    pub fn parse_prefix(prefix: &[u8], file_len: u64) -> Result<Parse<GgufHeader>> {
         let prefix = &prefix[..prefix
             .len()
             .min(usize::try_from(file_len).unwrap_or(usize::MAX))];
@@ -305,10 +293,10 @@ fn parse_inner(cur: &mut Cursor<'_>) -> PResult<GgufHeader> {
     for t in &mut tensors {
         let start = data_offset
             .checked_add(t.offset)
-            .ok_or_else(|| overflow(&t.name, "offset + size"))?;
+            .ok_or_else(|| Error::size_overflow(&t.name, "offset + size"))?;
         let end = start
             .checked_add(t.nbytes)
-            .ok_or_else(|| overflow(&t.name, "offset + size"))?;
+            .ok_or_else(|| Error::size_overflow(&t.name, "offset + size"))?;
         if end > cur.file_len {
             return Err(Error::TensorOutOfBounds {
                 tensor: t.name.clone(),
@@ -344,13 +332,6 @@ fn sorted_index(
     let mut idx = alloc::index(n, "the key index")?;
     idx.sort_unstable_by(|&a, &b| cmp(a as usize, b as usize));
     Ok(idx)
-}
-
-fn overflow(name: &str, what: &'static str) -> Error {
-    Error::TensorSizeOverflow {
-        tensor: name.to_owned(),
-        what,
-    }
 }
 
 fn parse_kv(cur: &mut Cursor<'_>, i: u64) -> PResult<KvEntry> {
@@ -506,7 +487,7 @@ fn parse_tensor(cur: &mut Cursor<'_>, i: u64, alignment: u64) -> PResult<TensorI
         .iter()
         .try_fold(1u64, |acc, &d| acc.checked_mul(d))
         .filter(|&n| n < i64::MAX as u64)
-        .ok_or_else(|| overflow(&name, "element count"))?;
+        .ok_or_else(|| Error::size_overflow(&name, "element count"))?;
     let ne0 = dims.first().copied().unwrap_or(1);
     if ne0 % ty.block_size() != 0 {
         return Err(Error::BlockMismatch {
@@ -520,8 +501,8 @@ fn parse_tensor(cur: &mut Cursor<'_>, i: u64, alignment: u64) -> PResult<TensorI
     let nbytes = ty
         .bytes_for(n_elements)
         .filter(|&n| n <= isize::MAX as u64)
-        .ok_or_else(|| overflow(&name, "byte size"))?;
-    align_up(nbytes, alignment).ok_or_else(|| overflow(&name, "padded size"))?;
+        .ok_or_else(|| Error::size_overflow(&name, "byte size"))?;
+    align_up(nbytes, alignment).ok_or_else(|| Error::size_overflow(&name, "padded size"))?;
     if offset % alignment != 0 {
         return Err(Error::MisalignedOffset {
             tensor: name,
@@ -532,7 +513,7 @@ fn parse_tensor(cur: &mut Cursor<'_>, i: u64, alignment: u64) -> PResult<TensorI
     }
     offset
         .checked_add(nbytes)
-        .ok_or_else(|| overflow(&name, "offset + size"))?;
+        .ok_or_else(|| Error::size_overflow(&name, "offset + size"))?;
     Ok(TensorInfo {
         name,
         ty,

@@ -132,6 +132,10 @@ fn layout(bt: &dyn BufferType, infos: &[TensorInfo], idx: &[usize]) -> Result<(V
     Ok((offsets, total))
 }
 
+/// Tensor bytes below which direct reads are not tried: the CPU buffer
+/// type's heap threshold (smaller buffers are not page-aligned).
+const DIRECT_MIN: u64 = crate::buffer::CpuBuffer::MAP_THRESHOLD as u64;
+
 /// How a group's owned buffer is laid out.
 pub(crate) enum Layout {
     /// Tensors one after another at the type's alignment.
@@ -176,6 +180,14 @@ pub(crate) fn plan(
             bt.name()
         )));
     }
+    let tensors: u64 = idx.iter().map(|&i| infos[i].nbytes).sum();
+    if tensors < DIRECT_MIN {
+        // Small buffers come from the heap, not page-aligned; and a few
+        // hundred KiB are read as fast either way.
+        return packed(Some(format!(
+            "{tensors} bytes is under the {DIRECT_MIN}-byte direct-read minimum"
+        )));
+    }
     let align = bt.alignment();
     if align > DIRECT_ALIGN {
         return packed(Some(format!("alignment {align} is over a page")));
@@ -204,7 +216,6 @@ pub(crate) fn plan(
         .unwrap_or(0);
     let base = start / DIRECT_ALIGN as u64 * DIRECT_ALIGN as u64;
     let span = (end - base).next_multiple_of(DIRECT_ALIGN as u64);
-    let tensors: u64 = idx.iter().map(|&i| infos[i].nbytes).sum();
     if span > tensors + tensors / 100 + 2 * DIRECT_ALIGN as u64 {
         return packed(Some(format!(
             "the file's layout spans {span} bytes for {tensors} bytes of tensors"

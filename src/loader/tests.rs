@@ -177,7 +177,13 @@ fn a_path_that_now_names_another_file_is_noticed() {
 fn a_filesystem_refusing_direct_io_is_read_buffered_and_reported() {
     use super::read::FAIL_DIRECT;
     let dir = tempfile::tempdir().unwrap();
-    let (path, data) = fixture(dir.path());
+    // Over the direct-read minimum.
+    let mut w = Writer::new(32);
+    let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
+    w.tensor("w", TensorType::F32, &[1 << 18], data.clone());
+    w.tensor("v", TensorType::F32, &[1 << 18], data.clone());
+    let path = dir.path().join("big.gguf");
+    std::fs::write(&path, w.to_bytes()).unwrap();
     FAIL_DIRECT.with(|f| f.set(true));
     let w = Weights::load_streamed(&path, &LoadOptions::new().direct_io(DirectIo::On));
     FAIL_DIRECT.with(|f| f.set(false));

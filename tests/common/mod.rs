@@ -14,6 +14,10 @@
 //!   (`Tensor::offset`, `Tensor::n_dims`, `GgufSpec::tensor_count`, ...), so a
 //!   test starts from a valid file and changes one thing. [`Built`] reports
 //!   where everything landed, for truncation and byte-patching tests.
+//!   Its layout of a valid file is the library writer's
+//!   (`weightmap::gguf::write::Writer`) byte for byte, which
+//!   `spec_layout_is_the_writers` in tests/gguf_rules.rs checks; a test that
+//!   needs a valid file and no overrides or field offsets uses `Writer`.
 //!
 //! Value type ids are in [`vt`]; ggml tensor type ids are plain `u32`s (see
 //! `weightmap::TensorType::ggml_id`) so that invalid ids can be written too.

@@ -11,20 +11,26 @@
 //! whose full length is known and says how many bytes it needs when the
 //! prefix is too short (like [`crate::gguf::GgufHeader::parse_prefix`]).
 //!
-//! The JSON is parsed with `serde_json` into the `safetensors` crate's own
-//! types, and the crate's validation ([`::safetensors::tensor::Metadata::new`]:
-//! offsets contiguous from 0, no gaps, sizes matching dtype × shape) runs on
-//! every header. Before it, weightmap makes its own checks, each with a typed
-//! error naming the tensor: duplicate JSON keys (which `serde_json` would
-//! silently collapse), unsupported sub-byte dtypes, element count and byte
-//! size overflow, `data_offsets` that disagree with dtype × shape, data past
-//! the end of the file, overlapping tensors. All arithmetic on values read
-//! from the file is checked. Like the reference loader, weightmap also
-//! requires the data section to end exactly at the end of the file.
+//! The JSON is read once, by a serde visitor that builds the tensor table
+//! as it goes (no `serde_json::Value` tree, no second parse). Each entry is
+//! checked when it is read, each with a typed error naming the tensor: a
+//! repeated key (which a plain `serde_json` map would silently collapse),
+//! unknown and sub-byte dtypes (by the `safetensors` crate's [`Dtype`]),
+//! element count and byte size overflow, `data_offsets` that disagree with
+//! dtype × shape, data past the end of the file. Then, in data order:
+//! overlapping tensors, and the `safetensors` crate's own rule that offsets
+//! are contiguous from 0 (no gaps). All arithmetic on values read from the
+//! file is checked. Like the reference loader, weightmap also requires the
+//! data section to end exactly at the end of the file.
+//!
+//! The crate's `Metadata` is not built: it would hold a second copy of the
+//! table (a `Vec` of its `TensorInfo` and a name → index `HashMap`), the
+//! larger part of the cost of a header with a million tensors.
 
-use std::collections::{BTreeMap, HashSet};
+mod json;
 
-use ::safetensors::tensor::{Metadata as StMetadata, TensorInfo as StTensorInfo};
+use std::collections::BTreeMap;
+
 use ::safetensors::Dtype;
 
 use crate::error::{Error, Result};
@@ -72,17 +78,7 @@ fn read_len(prefix: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(b))
 }
 
-/// The outcome of [`SafetensorsHeader::parse_prefix`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Parse {
-    /// The prefix held the whole header.
-    Complete(SafetensorsHeader),
-    /// The prefix ends inside the header; at least `min_len` bytes of the file are needed.
-    NeedMore {
-        /// The prefix length to try next (at most the file's length).
-        min_len: u64,
-    },
-}
+pub use crate::format::Parse;
 
 /// A validated safetensors header. It owns its tables and borrows nothing.
 ///
@@ -154,9 +150,9 @@ impl SafetensorsHeader {
     ///   where there is one: header length over [`MAX_HEADER_LEN`], invalid
     ///   JSON, an unknown or sub-byte dtype, a malformed entry, `data_offsets`
     ///   that disagree with dtype × shape or run backwards, other duplicate
-    ///   keys, what the `safetensors` crate's own validation rejects (gaps,
+    ///   keys, what the `safetensors` crate's contiguity rule rejects (gaps,
     ///   a data section not starting at 0), and bytes after the data section.
-    pub fn parse_prefix(prefix: &[u8], file_len: u64) -> Result<Parse> {
+    pub fn parse_prefix(prefix: &[u8], file_len: u64) -> Result<Parse<SafetensorsHeader>> {
         let prefix = &prefix[..prefix
             .len()
             .min(usize::try_from(file_len).unwrap_or(usize::MAX))];
@@ -235,13 +231,6 @@ fn header_err(detail: String) -> Error {
     Error::SafetensorsHeader { detail }
 }
 
-fn overflow(name: &str, what: &'static str) -> Error {
-    Error::TensorSizeOverflow {
-        tensor: name.to_owned(),
-        what,
-    }
-}
-
 /// Map a safetensors dtype to weightmap's type. Sub-byte dtypes (and any the
 /// crate adds later) are not supported: weightmap views whole bytes.
 fn tensor_type(name: &str, dtype: Dtype) -> Result<TensorType> {
@@ -281,49 +270,42 @@ fn parse_json(json: &[u8], header_len: u64, file_len: u64) -> Result<Safetensors
         what: "safetensors JSON header".into(),
         offset: LEN_PREFIX + e.valid_up_to() as u64,
     })?;
-    let mut map: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_str(text).map_err(|e| header_err(format!("invalid JSON: {e}")))?;
-    // serde_json keeps the last of repeated keys; the text is valid JSON now,
-    // so scan it for repeats.
-    check_duplicate_keys(text)?;
-
-    let metadata: BTreeMap<String, String> = match map.remove(METADATA_KEY) {
-        None => BTreeMap::new(),
-        Some(v) => serde_json::from_value(v)
-            .map_err(|e| header_err(format!("{METADATA_KEY}: {e} (expected a map of strings)")))?,
+    let bounds = json::Bounds {
+        data_offset,
+        data_len: file_len - data_offset, // data_offset <= file_len, checked by the caller
+        file_len,
     };
+    let json::Parsed {
+        mut tensors,
+        metadata,
+    } = json::parse(text, bounds)?;
 
-    // The crate's own deserializer for each entry (dtype names, shape and
-    // offsets as unsigned integers, no unknown fields checked by it).
-    let mut entries: Vec<(String, StTensorInfo)> =
-        crate::alloc::with_capacity(map.len(), "the tensor table")?;
-    for (name, v) in map {
-        let info: StTensorInfo =
-            serde_json::from_value(v).map_err(|e| header_err(format!("tensor '{name}': {e}")))?;
-        entries.push((name, info));
-    }
-    // Data order; the crate's validation expects (begin, end) order too.
-    entries.sort_by(|(an, a), (bn, b)| a.data_offsets.cmp(&b.data_offsets).then(an.cmp(bn)));
-
-    let data_len = file_len - data_offset; // data_offset <= file_len, checked by the caller
-    let mut tensors: Vec<TensorInfo> =
-        crate::alloc::with_capacity(entries.len(), "the tensor table")?;
-    for (name, info) in &entries {
-        tensors.push(check_tensor(name, info, data_offset, data_len, file_len)?);
-    }
+    // Data order: by (begin, end), then name (unique by now).
+    tensors
+        .sort_unstable_by(|a, b| (a.offset, a.nbytes, &a.name).cmp(&(b.offset, b.nbytes, &b.name)));
     check_overlap(&tensors)?;
 
-    // The crate's validation: offsets contiguous from 0, sizes, overflow.
-    // weightmap's checks above already reject all but gaps.
-    let data_end = StMetadata::new(None, entries)
-        .map_err(|e| header_err(e.to_string()))?
-        .data_len() as u64;
-    if data_end != data_len {
+    // The safetensors crate's rule (`Metadata::validate`): in data order,
+    // each tensor begins where the previous one ends, the first at 0. With
+    // overlaps rejected above, what is left for it to find is a gap (or a
+    // zero-size tensor inside another's bytes). Same message as the crate.
+    let mut data_end = 0u64;
+    for t in &tensors {
+        if t.offset != data_end {
+            return Err(header_err(format!(
+                "invalid offset for tensor `{}`",
+                t.name
+            )));
+        }
+        // Checked against data_len per tensor: no overflow.
+        data_end = t.offset + t.nbytes;
+    }
+    if data_end != bounds.data_len {
         return Err(header_err(format!(
             "the tensors' data ends at {} but the file is {file_len} bytes: \
              {} bytes after the data section are not covered by any tensor",
             data_offset + data_end,
-            data_len - data_end
+            bounds.data_len - data_end
         )));
     }
 
@@ -335,153 +317,4 @@ fn parse_json(json: &[u8], header_len: u64, file_len: u64) -> Result<Safetensors
         tensors,
         metadata,
     })
-}
-
-fn check_tensor(
-    name: &str,
-    info: &StTensorInfo,
-    data_offset: u64,
-    data_len: u64,
-    file_len: u64,
-) -> Result<TensorInfo> {
-    let ty = tensor_type(name, info.dtype)?;
-    let shape: Box<[u64]> = info.shape.iter().map(|&d| d as u64).collect();
-    let n_elements = shape
-        .iter()
-        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| overflow(name, "element count"))?;
-    let nbytes = ty
-        .bytes_for(n_elements)
-        .ok_or_else(|| overflow(name, "byte size"))?;
-    let (begin, end) = (info.data_offsets.0 as u64, info.data_offsets.1 as u64);
-    if end < begin {
-        return Err(header_err(format!(
-            "tensor '{name}': data_offsets [{begin}, {end}] end before they begin"
-        )));
-    }
-    if end - begin != nbytes {
-        return Err(header_err(format!(
-            "tensor '{name}': dtype {:?} shape {:?} needs {nbytes} bytes but data_offsets \
-             [{begin}, {end}] hold {}",
-            info.dtype,
-            info.shape,
-            end - begin
-        )));
-    }
-    if end > data_len {
-        let start = data_offset
-            .checked_add(begin)
-            .ok_or_else(|| overflow(name, "offset + size"))?;
-        let end = data_offset
-            .checked_add(end)
-            .ok_or_else(|| overflow(name, "offset + size"))?;
-        return Err(Error::TensorOutOfBounds {
-            tensor: name.to_owned(),
-            start,
-            end,
-            file_len,
-        });
-    }
-    // begin <= end <= data_len, so data_offset + begin <= file_len.
-    Ok(TensorInfo {
-        name: name.to_owned(),
-        ty,
-        shape,
-        outer_first: true,
-        offset: begin,
-        file_offset: data_offset + begin,
-        nbytes,
-    })
-}
-
-/// Find a key repeated within one JSON object, at any depth. `text` must be
-/// valid JSON (it has been parsed already), so the scan only tracks strings,
-/// nesting and commas. Keys are compared decoded (`"a"` equals `"\u0061"`).
-fn check_duplicate_keys(text: &str) -> Result<()> {
-    struct Frame {
-        /// Keys seen so far; `None` for an array.
-        keys: Option<HashSet<String>>,
-        /// The top-level key this frame sits under (for depth ≥ 2).
-        under: Option<String>,
-    }
-    let b = text.as_bytes();
-    let mut stack: Vec<Frame> = Vec::new();
-    let mut expect_key = false;
-    let mut last_top_key: Option<String> = None;
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'"' => {
-                let mut j = i + 1;
-                let mut escaped = false;
-                while j < b.len() && b[j] != b'"' {
-                    if b[j] == b'\\' {
-                        escaped = true;
-                        j += 1;
-                    }
-                    j += 1;
-                }
-                let raw = text.get(i..=j).unwrap_or("");
-                if expect_key {
-                    let key = if escaped {
-                        serde_json::from_str::<String>(raw)
-                            .map_err(|e| header_err(format!("invalid JSON key {raw}: {e}")))?
-                    } else {
-                        raw.get(1..raw.len().saturating_sub(1))
-                            .unwrap_or("")
-                            .to_owned()
-                    };
-                    let depth = stack.len();
-                    if let Some(Frame {
-                        keys: Some(keys),
-                        under,
-                    }) = stack.last_mut()
-                    {
-                        if keys.contains(&key) {
-                            return Err(match (depth, under.as_deref()) {
-                                (1, _) if key == METADATA_KEY => {
-                                    header_err(format!("duplicate key '{METADATA_KEY}'"))
-                                }
-                                (1, _) => Error::DuplicateTensor { name: key },
-                                (_, Some(METADATA_KEY)) => {
-                                    header_err(format!("duplicate {METADATA_KEY} key '{key}'"))
-                                }
-                                (_, Some(t)) => {
-                                    header_err(format!("tensor '{t}': duplicate key '{key}'"))
-                                }
-                                (_, None) => header_err(format!("duplicate key '{key}'")),
-                            });
-                        }
-                        if depth == 1 {
-                            last_top_key = Some(key.clone());
-                        }
-                        keys.insert(key);
-                    }
-                    expect_key = false;
-                }
-                i = j + 1;
-                continue;
-            }
-            c @ (b'{' | b'[') => {
-                let under = match stack.len() {
-                    0 => None,
-                    1 => last_top_key.clone(),
-                    _ => stack.last().and_then(|f| f.under.clone()),
-                };
-                stack.push(Frame {
-                    keys: (c == b'{').then(HashSet::new),
-                    under,
-                });
-                expect_key = c == b'{';
-            }
-            b'}' | b']' => {
-                stack.pop();
-                expect_key = false;
-            }
-            b',' => expect_key = matches!(stack.last(), Some(Frame { keys: Some(_), .. })),
-            _ => {}
-        }
-        i += 1;
-    }
-    Ok(())
 }
