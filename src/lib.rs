@@ -16,6 +16,8 @@ pub mod outfile;
 pub mod prefetch;
 pub mod quant;
 pub mod safetensors;
+#[cfg(feature = "gen")]
+pub mod split;
 pub mod tensor;
 pub mod types;
 

@@ -808,3 +808,71 @@ fn progress_bars_show_on_a_terminal_only() {
     let o = run(&["load", fs, "--mode", "stream"]);
     assert!(stderr(&o).is_empty(), "{}", stderr(&o));
 }
+
+#[test]
+fn gen_shards_writes_split_models_that_load_like_the_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let gen = |out: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "gen",
+            p(out),
+            "--size",
+            "4M",
+            "--vocab",
+            "300",
+            "--tensors",
+            "21",
+        ];
+        args.extend_from_slice(extra);
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        stdout(&o)
+    };
+    gen(&dir.path().join("whole.gguf"), &[]);
+    let out = gen(&dir.path().join("m.gguf"), &["--shards", "3"]);
+    assert!(out.starts_with("wrote 3 files"), "{out}");
+    let whole = load_json(&dir.path().join("whole.gguf"), "mmap", &["--hashes"]);
+    for shard in 1..=3 {
+        let f = dir.path().join(format!("m-0000{shard}-of-00003.gguf"));
+        let v = load_json(&f, "mmap", &["--hashes"]);
+        assert_eq!(v["shards"], 3);
+        assert_eq!(v["shard_files"].as_array().unwrap().len(), 3);
+        assert_eq!(hashes(&v), hashes(&whole));
+    }
+    // inspect and validate take any shard; validate --ggml checks each.
+    let f = dir.path().join("m-00002-of-00003.gguf");
+    let o = run(&["validate", p(&f), "--ggml"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with("ok: gguf, 3 files, 21 tensors"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(
+        stdout(&o).matches("llama.cpp would load this file").count(),
+        3
+    );
+    let v = run_json(&["inspect", p(&f), "--json"]);
+    assert_eq!(v["shards_count"], 3);
+
+    // Sharded safetensors with an index, loaded from the index or the directory.
+    let sdir = dir.path().join("st");
+    std::fs::create_dir(&sdir).unwrap();
+    let out = gen(
+        &sdir.join("model.safetensors"),
+        &["--format", "safetensors", "--shards", "2"],
+    );
+    assert!(out.contains("model.safetensors.index.json"), "{out}");
+    let st_whole = dir.path().join("whole.safetensors");
+    gen(&st_whole, &["--format", "safetensors"]);
+    let a = load_json(&sdir, "mmap", &["--hashes"]);
+    let b = load_json(
+        &sdir.join("model.safetensors.index.json"),
+        "stream",
+        &["--hashes"],
+    );
+    let c = load_json(&st_whole, "mmap", &["--hashes"]);
+    assert_eq!(a["shards"], 2);
+    assert_eq!(hashes(&a), hashes(&c));
+    assert_eq!(hashes(&b), hashes(&c));
+}

@@ -143,13 +143,22 @@ fn split_gguf_errors_name_the_shard() {
     write_shard(&p(1), &split_keys(0, 2, 2), &["a"]);
     write_shard(&p(2), &split_keys(1, 3, 2), &["b"]);
     match err(&p(1)) {
-        Error::SplitCountMismatch { path, expected: 2, found: 3 } => assert_eq!(path, p(2)),
+        Error::SplitCountMismatch {
+            path,
+            expected: 2,
+            found: 3,
+        } => assert_eq!(path, p(2)),
         e => panic!("{e:?}"),
     }
     // split.no repeated, and out of range.
     write_shard(&p(2), &split_keys(0, 2, 2), &["b"]);
     match err(&p(2)) {
-        Error::SplitNoInvalid { path, no: 0, count: 2, detail } => {
+        Error::SplitNoInvalid {
+            path,
+            no: 0,
+            count: 2,
+            detail,
+        } => {
             assert_eq!(path, p(2));
             assert_eq!(detail, "repeated");
         }
@@ -160,7 +169,11 @@ fn split_gguf_errors_name_the_shard() {
     // A tensor present in two shards.
     write_shard(&p(2), &split_keys(1, 2, 2), &["a"]);
     match err(&p(1)) {
-        Error::DuplicateShardTensor { tensor, first, second } => {
+        Error::DuplicateShardTensor {
+            tensor,
+            first,
+            second,
+        } => {
             assert_eq!((tensor.as_str(), first, second), ("a", p(1), p(2)));
         }
         e => panic!("{e:?}"),
@@ -170,7 +183,11 @@ fn split_gguf_errors_name_the_shard() {
     write_shard(&p(2), &split_keys(1, 2, 5), &["b"]);
     assert!(matches!(
         err(&p(1)),
-        Error::SplitTensorsCount { expected: 5, found: 2, .. }
+        Error::SplitTensorsCount {
+            expected: 5,
+            found: 2,
+            ..
+        }
     ));
     // A file with a shard's name that is not part of this model.
     write_shard(&p(1), &split_keys(0, 2, 2), &["a"]);
@@ -241,13 +258,19 @@ fn sharded_safetensors_errors_name_the_file() {
     assert_eq!(load(d.path(), LoadMode::Mmap).unwrap().len(), 2);
 
     // weight_map names a file that is missing.
-    let d = st_model(&two, r#"{"weight_map": {"x": "a.safetensors", "y": "c.safetensors"}}"#);
+    let d = st_model(
+        &two,
+        r#"{"weight_map": {"x": "a.safetensors", "y": "c.safetensors"}}"#,
+    );
     match err(d.path()) {
         Error::MissingShard { path } => assert!(path.ends_with("c.safetensors")),
         e => panic!("{e:?}"),
     }
     // A listed tensor absent from its file.
-    let d = st_model(&two, r#"{"weight_map": {"x": "a.safetensors", "y": "b.safetensors", "z": "b.safetensors"}}"#);
+    let d = st_model(
+        &two,
+        r#"{"weight_map": {"x": "a.safetensors", "y": "b.safetensors", "z": "b.safetensors"}}"#,
+    );
     match err(d.path()) {
         Error::TensorNotInShard { tensor, path } => {
             assert_eq!(tensor, "z");
@@ -256,11 +279,19 @@ fn sharded_safetensors_errors_name_the_file() {
         e => panic!("{e:?}"),
     }
     // A tensor in two files.
-    let dup = [("a.safetensors", &["x"][..]), ("b.safetensors", &["x", "y"][..])];
+    let dup = [
+        ("a.safetensors", &["x"][..]),
+        ("b.safetensors", &["x", "y"][..]),
+    ];
     let d = st_model(&dup, good);
-    assert!(matches!(err(d.path()), Error::DuplicateShardTensor { ref tensor, .. } if tensor == "x"));
+    assert!(
+        matches!(err(d.path()), Error::DuplicateShardTensor { ref tensor, .. } if tensor == "x")
+    );
     // A shard holding a tensor the index does not list.
-    let extra = [("a.safetensors", &["x", "w"][..]), ("b.safetensors", &["y"][..])];
+    let extra = [
+        ("a.safetensors", &["x", "w"][..]),
+        ("b.safetensors", &["y"][..]),
+    ];
     let d = st_model(&extra, good);
     match err(d.path()) {
         Error::UnlistedShardTensor { tensor, path } => {
@@ -275,18 +306,33 @@ fn sharded_safetensors_errors_name_the_file() {
         (r#"{"metadata": {}}"#, "no \"weight_map\""),
         (r#"{"weight_map": ["a.safetensors"]}"#, "not an object"),
         (r#"{"weight_map": {"x": 3}}"#, "not a string"),
-        (r#"{"weight_map": {"x": "../a.safetensors"}}"#, "not a file name"),
-        (r#"{"metadata": {"total_size": "big"}, "weight_map": {"x": "a.safetensors"}}"#, "total_size"),
+        (
+            r#"{"weight_map": {"x": "../a.safetensors"}}"#,
+            "not a file name",
+        ),
+        (
+            r#"{"metadata": {"total_size": "big"}, "weight_map": {"x": "a.safetensors"}}"#,
+            "total_size",
+        ),
     ] {
         let d = st_model(&two, index);
         match err(d.path()) {
-            Error::ShardIndex { detail, .. } => assert!(detail.contains(needle), "{index}: {detail}"),
+            Error::ShardIndex { detail, .. } => {
+                assert!(detail.contains(needle), "{index}: {detail}")
+            }
             e => panic!("{index}: {e:?}"),
         }
     }
     // total_size disagreeing is a warning (transformers never checks it).
-    let d = st_model(&two, r#"{"metadata": {"total_size": 999}, "weight_map": {"x": "a.safetensors", "y": "b.safetensors"}}"#);
+    let d = st_model(
+        &two,
+        r#"{"metadata": {"total_size": 999}, "weight_map": {"x": "a.safetensors", "y": "b.safetensors"}}"#,
+    );
     let w = load(d.path(), LoadMode::Mmap).unwrap();
     assert_eq!(w.report().warnings.len(), 1);
-    assert!(w.report().warnings[0].contains("999"), "{:?}", w.report().warnings);
+    assert!(
+        w.report().warnings[0].contains("999"),
+        "{:?}",
+        w.report().warnings
+    );
 }

@@ -43,6 +43,13 @@ pub struct Args {
     /// Seed of the tensor bytes and tokens. [default: the built-in seed]
     #[arg(long)]
     seed: Option<u64>,
+    /// Write the model in N files: for GGUF llama.cpp's split layout
+    /// (OUT-00001-of-0000N.gguf, with split.no, split.count and
+    /// split.tensors.count; metadata in the first), for safetensors
+    /// Hugging Face's shards and OUT.safetensors.index.json. The tensors'
+    /// bytes are those of the unsplit model.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=99_999))]
+    shards: Option<u64>,
 }
 
 pub fn run(a: &Args) -> CliResult {
@@ -66,6 +73,29 @@ pub fn run(a: &Args) -> CliResult {
             human_bytes(min)
         )));
     }
+    if let Some(n) = a.shards.filter(|&n| n > 1) {
+        // Generate whole beside the output, then split it.
+        let dir = a
+            .out
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let tmp = tempfile_in(dir)?;
+        let whole = tmp.path().join("whole");
+        let plan = generate_with_progress(&spec, &whole, "gen")?;
+        let files = weightmap::split::split_model(&whole, &a.out, n as usize)?;
+        let mut out = format!(
+            "wrote {} files: {}, {} tensors, {} of tensor data\n",
+            files.len(),
+            spec.format.name(),
+            plan.tensors.len(),
+            human_bytes(plan.tensor_bytes)
+        );
+        for f in &files {
+            out.push_str(&format!("  {}\n", super::escape(&f.display().to_string())));
+        }
+        return emit(&out);
+    }
     let plan = generate_with_progress(&spec, &a.out, "gen")?;
     emit(&format!(
         "wrote {}: {}, {} tensors, {} of tensor data, file {}\n",
@@ -75,6 +105,29 @@ pub fn run(a: &Args) -> CliResult {
         human_bytes(plan.tensor_bytes),
         human_bytes(plan.file_size),
     ))
+}
+
+/// A private temporary directory in `dir` (removed on drop).
+fn tempfile_in(dir: &Path) -> CliResult<TempDir> {
+    let base = dir.join(format!(".weightmap-gen-{}", std::process::id()));
+    std::fs::create_dir(&base)
+        .map_err(|e| CliError::msg(format!("creating {}: {e}", base.display())))?;
+    Ok(TempDir(base))
+}
+
+/// A directory removed with its contents on drop.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Generate `spec` at `out`, with a progress line on stderr when stderr is
