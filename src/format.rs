@@ -243,6 +243,17 @@ pub(crate) fn read_header(
     file_len: u64,
     path: &std::path::Path,
 ) -> Result<(Header, Vec<u8>)> {
+    read_header_at(file, 0, file_len, path)
+}
+
+/// [`read_header`] for a model of `file_len` bytes that starts at `base` in
+/// a larger file: every offset is relative to `base`.
+pub(crate) fn read_header_at(
+    file: &File,
+    base: u64,
+    file_len: u64,
+    path: &std::path::Path,
+) -> Result<(Header, Vec<u8>)> {
     let mut bytes: Vec<u8> = Vec::new();
     let mut want = file_len.min(FIRST_READ);
     loop {
@@ -255,7 +266,8 @@ pub(crate) fn read_header(
         })?;
         crate::alloc::reserve(&mut bytes, want_usize - have, "the header")?;
         bytes.resize(want_usize, 0);
-        read_at(file, &mut bytes[have..], have as u64).map_err(|e| Error::io("read", path, e))?;
+        read_at(file, &mut bytes[have..], base + have as u64)
+            .map_err(|e| Error::io("read", path, e))?;
         match Header::parse_prefix(&bytes, file_len)? {
             Parse::Complete(h) => {
                 // Keep the header only: the slack of the last read is tensor

@@ -9,6 +9,7 @@
 use std::fs::File;
 use std::io;
 use std::path::Path;
+use std::sync::Arc;
 
 use memmap2::{Advice, Mmap, MmapOptions};
 
@@ -78,10 +79,37 @@ pub const SUPPORTED: bool = cfg!(unix);
 /// file stays unchanged while the mapping (or anything borrowing it) lives.
 #[derive(Debug)]
 pub struct Mapping {
-    map: Mmap,
+    backing: Backing,
+    /// Where the view starts in the backing: below a page, for a file range
+    /// that starts off a page (the map starts at the page below it).
+    delta: usize,
+    /// Length of the view.
+    len: usize,
+    /// The file offset the map starts at (0 for a whole file).
+    map_offset: u64,
     /// The mapped file, for page-cache advice on its ranges.
     #[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(dead_code))]
-    file: File,
+    file: Option<File>,
+}
+
+/// What a [`Mapping`] views.
+enum Backing {
+    /// A read-only private map of a file.
+    Map(Mmap),
+    /// Memory the caller handed over (kept alive here); nothing to advise.
+    Memory(Arc<dyn AsRef<[u8]> + Send + Sync>),
+}
+
+impl std::fmt::Debug for Backing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Backing::Map(m) => f.debug_tuple("Map").field(m).finish(),
+            Backing::Memory(m) => f
+                .debug_tuple("Memory")
+                .field(&(**m).as_ref().len())
+                .finish(),
+        }
+    }
 }
 
 impl Mapping {
@@ -99,54 +127,124 @@ impl Mapping {
         // the mapping lives. PROT_READ + MAP_PRIVATE means nothing in this
         // process can write through the map.
         let map = unsafe { MmapOptions::new().map_copy_read_only(file)? };
+        let len = map.len();
         Ok(Mapping {
-            map,
-            file: file.try_clone()?,
+            backing: Backing::Map(map),
+            delta: 0,
+            len,
+            map_offset: 0,
+            file: Some(file.try_clone()?),
         })
     }
 
-    /// The mapped bytes.
+    /// Map `[offset, offset + len)` of `file` read-only and private: the map
+    /// starts at the page below `offset`, and the view at `offset` (a model
+    /// inside a larger file, such as an Android APK entry).
+    ///
+    /// # Safety
+    /// As [`Mapping::map`], for that range of the file.
+    ///
+    /// # Errors
+    /// What `mmap` returns; `InvalidInput` for a range past `usize`.
+    pub unsafe fn map_range(file: &File, offset: u64, len: u64) -> io::Result<Mapping> {
+        let page = page_size() as u64;
+        let start = offset / page * page;
+        let delta = (offset - start) as usize;
+        let len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let total = len
+            .checked_add(delta)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: forwarded to the caller, as in `map`; the offset is
+        // page-aligned, as mmap requires.
+        let map = unsafe {
+            MmapOptions::new()
+                .offset(start)
+                .len(total)
+                .map_copy_read_only(file)?
+        };
+        Ok(Mapping {
+            backing: Backing::Map(map),
+            delta,
+            len,
+            map_offset: start,
+            file: Some(file.try_clone()?),
+        })
+    }
+
+    /// View memory the caller owns (`include_bytes!`, a buffer already in
+    /// memory) as a mapping: safe, since it is kept alive and never changes
+    /// behind a shared reference. Advice, release and residency are no-ops
+    /// on it.
+    pub fn from_memory(bytes: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Mapping {
+        let len = (*bytes).as_ref().len();
+        Mapping {
+            backing: Backing::Memory(bytes),
+            delta: 0,
+            len,
+            map_offset: 0,
+            file: None,
+        }
+    }
+
+    fn mmap(&self) -> Option<&Mmap> {
+        match &self.backing {
+            Backing::Map(m) => Some(m),
+            Backing::Memory(_) => None,
+        }
+    }
+
+    /// The viewed bytes.
     pub fn bytes(&self) -> &[u8] {
-        &self.map
+        match &self.backing {
+            Backing::Map(m) => &m[self.delta..self.delta + self.len],
+            Backing::Memory(b) => &(**b).as_ref()[..self.len],
+        }
     }
 
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.len
     }
 
-    /// Whether the mapping is empty (never, in practice: empty files are not mapped).
+    /// Whether the view is empty (never, in practice: empty files are not mapped).
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len == 0
     }
 
-    /// Address of the first byte.
+    /// Address of the first byte of the view.
     pub fn addr(&self) -> usize {
-        self.map.as_ptr() as usize
+        self.bytes().as_ptr() as usize
     }
 
-    /// Page-align `[start, end)` outward at the start (madvise needs a
-    /// page-aligned address; the length may be anything), clamped to the map.
+    /// Whether this views a file (advice, release and residency apply).
+    pub fn is_file(&self) -> bool {
+        self.mmap().is_some()
+    }
+
+    /// Page-align `[start, end)` (view offsets) outward at the start
+    /// (madvise needs a page-aligned address; the length may be anything),
+    /// clamped to the view; as offsets into the map.
     fn page_range(&self, start: usize, end: usize) -> (usize, usize) {
         let page = page_size();
-        let end = end.min(self.map.len());
-        let start = (start.min(end) / page) * page;
+        let end = end.min(self.len) + self.delta;
+        let start = ((start.min(self.len) + self.delta).min(end) / page) * page;
         (start, end - start)
     }
 
-    /// Round `[start, end)` inward to whole pages, clamped to the map: the
-    /// pages that hold nothing but bytes of the range, so that advice or a
-    /// release on them cannot affect a neighbour.
+    /// Round `[start, end)` (view offsets) inward to whole pages, clamped to
+    /// the view; as offsets into the map: the pages that hold nothing but
+    /// bytes of the range, so that advice or a release on them cannot affect
+    /// a neighbour.
     fn page_range_inward(&self, start: usize, end: usize) -> (usize, usize) {
         let page = page_size();
-        let end = end.min(self.map.len());
-        let start = start.min(end).next_multiple_of(page);
-        // The mapping's last page ends the file: a partial last page holds
-        // no neighbour's bytes, so it belongs to the range.
-        let end = if end == self.map.len() {
-            end
+        let end_v = end.min(self.len);
+        let start = (start.min(end_v) + self.delta).next_multiple_of(page);
+        // The view's last page ends the map: a partial last page holds no
+        // neighbour's bytes, so it belongs to the range.
+        let end = if end_v == self.len {
+            end_v + self.delta
         } else {
-            end / page * page
+            (end_v + self.delta) / page * page
         };
         (start, end.saturating_sub(start))
     }
@@ -166,6 +264,9 @@ impl Mapping {
     }
 
     fn advise_pages(&self, advice: AccessAdvice, off: usize, len: usize) -> io::Result<()> {
+        let Some(map) = self.mmap() else {
+            return Ok(());
+        };
         if len == 0 {
             return Ok(());
         }
@@ -175,7 +276,7 @@ impl Mapping {
             AccessAdvice::Normal => Advice::Normal,
             AccessAdvice::WillNeed => Advice::WillNeed,
         };
-        self.map.advise_range(a, off, len)
+        map.advise_range(a, off, len)
     }
 
     /// Queue reads of `[start, end)` into the page cache (`MADV_WILLNEED`)
@@ -185,11 +286,14 @@ impl Mapping {
     /// Advisory: failure is ignored.
     pub fn will_need(&self, start: usize, end: usize) {
         const PIECE: usize = 1 << 20;
+        let Some(map) = self.mmap() else {
+            return;
+        };
         let (mut off, len) = self.page_range(start, end);
         let end = off + len;
         while off < end {
             let n = PIECE.min(end - off);
-            let _ = self.map.advise_range(Advice::WillNeed, off, n);
+            let _ = map.advise_range(Advice::WillNeed, off, n);
             off += n;
         }
     }
@@ -205,17 +309,20 @@ impl Mapping {
     /// # Errors
     /// What `madvise` returns, such as `EFAULT` past a truncated end.
     pub fn populate_read(&self, start: usize, end: usize) -> io::Result<()> {
+        let Some(map) = self.mmap() else {
+            return Ok(());
+        };
         let (off, len) = self.page_range(start, end);
         if len == 0 {
             return Ok(());
         }
         #[cfg(any(target_os = "linux", target_os = "android"))]
-        match self.map.advise_range(Advice::PopulateRead, off, len) {
+        match map.advise_range(Advice::PopulateRead, off, len) {
             // EINVAL: a kernel older than 5.14.
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
             r => return r,
         }
-        self.map.advise_range(Advice::WillNeed, off, len)
+        map.advise_range(Advice::WillNeed, off, len)
     }
 
     /// Drop the whole pages inside `[start, end)` from this mapping
@@ -228,6 +335,9 @@ impl Mapping {
     /// # Errors
     /// What `madvise` returns.
     pub fn release(&self, start: usize, end: usize) -> io::Result<()> {
+        let Some(map) = self.mmap() else {
+            return Ok(());
+        };
         let (off, len) = self.page_range_inward(start, end);
         if len == 0 {
             return Ok(());
@@ -238,18 +348,19 @@ impl Mapping {
         // bytes, which the mapping's contract says do not change. The range
         // lies inside the mapping (page_range_inward clamps it).
         unsafe {
-            self.map
-                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, off, len)?;
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, off, len)?;
         }
         #[cfg(any(target_os = "linux", target_os = "android"))]
-        {
+        if let (Some(file), Backing::Map(_)) = (&self.file, &self.backing) {
             use std::os::fd::AsRawFd;
+            // The map starts at this file offset.
+            let map_start = self.map_file_offset();
             // SAFETY: posix_fadvise only reads its integer arguments; an
             // invalid descriptor or range is reported as an error code.
             let _ = unsafe {
                 libc::posix_fadvise(
-                    self.file.as_raw_fd(),
-                    off as libc::off_t,
+                    file.as_raw_fd(),
+                    (map_start + off as u64) as libc::off_t,
                     len as libc::off_t,
                     libc::POSIX_FADV_DONTNEED,
                 )
@@ -264,12 +375,30 @@ impl Mapping {
     /// What `mincore` returns.
     pub fn residency(&self, start: usize, end: usize) -> io::Result<Residency> {
         let (off, len) = self.page_range(start, end);
-        mincore(self.map.as_ptr(), off, len)
+        match self.mmap() {
+            Some(map) => mincore(map.as_ptr(), off, len),
+            // Memory the caller owns is resident as far as this can tell.
+            None => {
+                let pages = len.div_ceil(page_size()) as u64;
+                Ok(Residency {
+                    resident_pages: pages,
+                    total_pages: pages,
+                })
+            }
+        }
     }
 
     /// `mlock` the whole mapping. munmap unlocks it when the mapping drops.
     pub fn lock(&self) -> io::Result<()> {
-        self.map.lock()
+        match self.mmap() {
+            Some(m) => m.lock(),
+            None => Ok(()),
+        }
+    }
+
+    /// The file offset the map starts at (the page below a range's offset).
+    fn map_file_offset(&self) -> u64 {
+        self.map_offset
     }
 }
 

@@ -12,10 +12,10 @@ use crate::mmap::Mapping;
 use crate::prefetch::{self, Prefetch, PrefetchDecision, Prefetcher};
 
 use super::place::{add, copy_group, plan, Group, Placed, ReadCtx};
-use super::read::{DirectOutcome, Progress, ReadReport};
+use super::read::{DirectOutcome, Progress, ReadReport, ReadSrc};
 use super::report::{CopiedTensor, CopyReason, PlacementKind};
 use super::weights::{HeaderBytes, Loaded};
-use super::{open_checked, LoadOptions};
+use super::{check_range, open_checked, LoadOptions, Source};
 
 /// Why the mapped path stopped: a cause the stream path may do better on,
 /// or an error it would only repeat.
@@ -56,22 +56,48 @@ pub(crate) unsafe fn map_path(
     opts: &LoadOptions,
 ) -> std::result::Result<Loaded, MapFail> {
     // SAFETY: forwarded to the caller.
-    unsafe { map_path_on(path, opts, crate::mmap::SUPPORTED) }
+    unsafe { map_source(&Source::Path(path), opts, crate::mmap::SUPPORTED) }
 }
 
-/// [`map_path`] with the platform's mmap support as a parameter, so the
-/// `Unsupported` fallback can be tested on a platform that has mmap.
+/// [`map_path`] for any [`Source`].
 ///
 /// # Safety
-/// As [`map_path`].
+/// As [`map_path`], for the file behind `src` (memory needs nothing).
+pub(crate) unsafe fn map_any(
+    src: &Source<'_>,
+    opts: &LoadOptions,
+) -> std::result::Result<Loaded, MapFail> {
+    // SAFETY: forwarded to the caller.
+    unsafe { map_source(src, opts, crate::mmap::SUPPORTED) }
+}
+
+/// [`map_path_on`] for a path, for tests.
+#[cfg(test)]
 pub(crate) unsafe fn map_path_on(
     path: &Path,
     opts: &LoadOptions,
     mmap_supported: bool,
 ) -> std::result::Result<Loaded, MapFail> {
+    // SAFETY: forwarded to the caller.
+    unsafe { map_source(&Source::Path(path), opts, mmap_supported) }
+}
+
+/// The mapped path over `src`, with the platform's mmap support as a
+/// parameter, so the `Unsupported` fallback can be tested on a platform
+/// that has mmap.
+///
+/// # Safety
+/// As [`map_path`].
+unsafe fn map_source(
+    src: &Source<'_>,
+    opts: &LoadOptions,
+    mmap_supported: bool,
+) -> std::result::Result<Loaded, MapFail> {
+    let label = src.label();
+    let path = label.as_path();
     // 1. Causes the stream path does better on: no mmap here, or a default
     //    buffer type that cannot view host memory.
-    if !mmap_supported {
+    if !mmap_supported && !matches!(src, Source::Memory(_)) {
         return Err(FallbackReason::Unsupported.into());
     }
     let bt = &opts.buffer_type;
@@ -82,9 +108,19 @@ pub(crate) unsafe fn map_path_on(
         .into());
     }
     // 2. Open: a missing, unreadable, irregular or empty file is an error in
-    //    either mode, with its own type and io::ErrorKind.
-    let (file, opened) = open_checked(path)?;
-    // 3. Map the whole file read-only and private.
+    //    either mode, with its own type and io::ErrorKind. A file range must
+    //    lie inside its file.
+    let opened: Option<(File, Metadata)> = match src {
+        Source::Path(p) => Some(open_checked(p)?),
+        Source::Range { file, offset, len } => {
+            let meta = check_range(file, *offset, *len, path)?;
+            let f = file.try_clone().map_err(|e| Error::io("dup", path, e))?;
+            Some((f, meta))
+        }
+        Source::Memory(_) => None,
+    };
+    // 3. Map the file (or the range: from the page below its start) read-only
+    //    and private; memory is viewed as it is.
     #[cfg(test)]
     if FAIL_MAP.with(|f| f.get()) {
         return Err(FallbackReason::Map {
@@ -92,10 +128,19 @@ pub(crate) unsafe fn map_path_on(
         }
         .into());
     }
-    // SAFETY: forwarded to our caller, who promises the file stays unchanged.
-    let map = unsafe { Mapping::map(&file) }.map_err(|e| FallbackReason::Map {
+    let map_err = |e: std::io::Error| FallbackReason::Map {
         error: e.to_string(),
-    })?;
+    };
+    let map = match (src, &opened) {
+        // SAFETY: forwarded to our caller, who promises the file stays unchanged.
+        (Source::Path(_), Some((file, _))) => unsafe { Mapping::map(file) }.map_err(map_err)?,
+        // SAFETY: as above, for the range.
+        (Source::Range { offset, len, .. }, Some((file, _))) => {
+            unsafe { Mapping::map_range(file, *offset, *len) }.map_err(map_err)?
+        }
+        (Source::Memory(m), _) => Mapping::from_memory(Arc::clone(m)),
+        _ => unreachable!("a file source has an open file"),
+    };
     let map = Arc::new(map);
     // 4. Validate the header from the mapping: every tensor's type, size,
     //    offset and end. Invalid is an error here; it is parsed only once.
@@ -149,7 +194,11 @@ pub(crate) unsafe fn map_path_on(
     // 6. The contract forbids changing the file, but a truncation, a rewrite
     //    that moved the modification time, or a path that now names another
     //    file is cheap to notice here, before any tensor is handed out.
-    same_file(&file, path, &opened)?;
+    match (src, &opened) {
+        (Source::Path(p), Some((file, meta))) => same_file(file, p, meta)?,
+        (Source::Range { .. }, Some((file, meta))) => same_length_and_time(file, path, meta)?,
+        _ => {}
+    }
 
     // 7. Access advice (MADV_RANDOM only where reads are by row), and mlock.
     let (start, end) = header.tensor_region();
@@ -222,8 +271,17 @@ pub(crate) unsafe fn map_path_on(
             plans.push(layout);
         }
         let progress = Progress::new(opts.progress.clone(), total);
+        let read_src = match (src, &opened) {
+            (Source::Range { offset, .. }, Some((file, _))) => ReadSrc::File {
+                file,
+                base: *offset,
+            },
+            (_, Some((file, _))) => ReadSrc::File { file, base: 0 },
+            (_, None) => ReadSrc::Memory(map.bytes()),
+        };
         let ctx = ReadCtx {
-            file: &file,
+            src: read_src,
+            direct_path: None,
             path,
             staging_bytes: opts.staging_bytes,
             threads: opts.threads(),
@@ -303,6 +361,26 @@ fn merge(mut ranges: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
 /// Whether `file` (opened from `path`, `opened` its metadata then) is still
 /// the same length and modification time, and `path` still names it.
 fn same_file(file: &File, path: &Path, opened: &Metadata) -> std::result::Result<(), MapFail> {
+    same_length_and_time(file, path, opened)?;
+    let changed = |detail: String| MapFail::Fallback(FallbackReason::FileChanged { detail });
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        match std::fs::metadata(path) {
+            Ok(p) if p.dev() == opened.dev() && p.ino() == opened.ino() => {}
+            Ok(_) => return Err(changed("the path now names another file".into())),
+            Err(e) => return Err(changed(format!("the path is gone: {e}"))),
+        }
+    }
+    Ok(())
+}
+
+/// Whether `file` still has `opened`'s length and modification time.
+fn same_length_and_time(
+    file: &File,
+    path: &Path,
+    opened: &Metadata,
+) -> std::result::Result<(), MapFail> {
     let changed = |detail: String| MapFail::Fallback(FallbackReason::FileChanged { detail });
     let now = file.metadata().map_err(|e| Error::io("stat", path, e))?;
     if now.len() != opened.len() {
@@ -311,15 +389,6 @@ fn same_file(file: &File, path: &Path, opened: &Metadata) -> std::result::Result
     if let (Ok(a), Ok(b)) = (opened.modified(), now.modified()) {
         if a != b {
             return Err(changed("modification time changed".into()));
-        }
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        match std::fs::metadata(path) {
-            Ok(p) if p.dev() == opened.dev() && p.ino() == opened.ino() => {}
-            Ok(_) => return Err(changed("the path now names another file".into())),
-            Err(e) => return Err(changed(format!("the path is gone: {e}"))),
         }
     }
     Ok(())

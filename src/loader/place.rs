@@ -1,16 +1,14 @@
 //! Placement: which buffer each tensor goes to, owned buffers laid out and
 //! filled from the file, and the bookkeeping both paths share.
 
-use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
 use crate::buffer::{place, Buffer, BufferType, BufferUsage, Placement};
 use crate::error::{Error, Result};
-use crate::format::read_at;
 use crate::tensor::TensorInfo;
 
-use super::read::{read_buffered, read_direct, DirectOutcome, Progress, DIRECT_ALIGN};
+use super::read::{read_buffered, read_direct, DirectOutcome, Progress, ReadSrc, DIRECT_ALIGN};
 use super::report::{BufferReport, PlacementKind};
 
 /// Where one tensor ended up: a buffer (index into the load's buffers) and
@@ -148,7 +146,10 @@ pub(crate) enum Layout {
 
 /// What the reads of one load share.
 pub(crate) struct ReadCtx<'a> {
-    pub file: &'a File,
+    pub src: ReadSrc<'a>,
+    /// The file's path, for messages, and for direct reads (which open it
+    /// again with `O_DIRECT`): `None` where it cannot be reopened.
+    pub direct_path: Option<&'a Path>,
     pub path: &'a Path,
     pub staging_bytes: usize,
     pub threads: usize,
@@ -290,13 +291,13 @@ pub(crate) fn copy_group(
     }
     let mut outcome = None;
     if let Some(dst) = buffer.host_bytes_mut() {
-        if let Some(base) = mirror {
+        if let (Some(base), Some(dpath)) = (mirror, ctx.direct_path) {
             if dst.as_ptr() as usize % DIRECT_ALIGN != 0 {
                 outcome = Some(DirectOutcome::NotApplicable {
                     reason: "the buffer is not page-aligned".into(),
                 });
             } else {
-                match read_direct(ctx.path, dst, base, ctx.threads, ctx.progress)? {
+                match read_direct(dpath, dst, base, ctx.threads, ctx.progress)? {
                     Ok(()) => {
                         return Ok(Filled {
                             buffer,
@@ -330,7 +331,7 @@ pub(crate) fn copy_group(
             rest = tail;
             at = offset + len;
         }
-        read_buffered(ctx.file, ctx.path, pieces, ctx.threads, ctx.progress)?;
+        read_buffered(ctx.src, ctx.path, pieces, ctx.threads, ctx.progress)?;
     } else {
         let max_tensor = placements.iter().map(|p| p.len).max().unwrap_or(0);
         let n = ctx.staging_bytes.max(1).min(max_tensor);
@@ -344,12 +345,9 @@ pub(crate) fn copy_group(
             let mut done = 0usize;
             while done < p.len {
                 let n = staging.len().min(p.len - done);
-                read_at(
-                    ctx.file,
-                    &mut staging[..n],
-                    infos[i].file_offset + done as u64,
-                )
-                .map_err(|e| Error::io("read", ctx.path, e))?;
+                ctx.src
+                    .read_at(&mut staging[..n], infos[i].file_offset + done as u64)
+                    .map_err(|e| Error::io("read", ctx.path, e))?;
                 buffer.set(p.offset + done, &staging[..n])?;
                 done += n;
                 if !ctx.progress.add(n as u64) {

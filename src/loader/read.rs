@@ -142,6 +142,33 @@ impl Progress {
     }
 }
 
+/// Where copies read from: a file (from `base`, for a model inside a larger
+/// file) or memory the caller handed over.
+#[derive(Clone, Copy)]
+pub(crate) enum ReadSrc<'a> {
+    File { file: &'a File, base: u64 },
+    Memory(&'a [u8]),
+}
+
+impl ReadSrc<'_> {
+    /// Fill `buf` from offset `off` of the model.
+    pub(crate) fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        match *self {
+            ReadSrc::File { file, base } => crate::format::read_at(file, buf, base + off),
+            ReadSrc::Memory(m) => {
+                let start = usize::try_from(off)
+                    .map_err(|_| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+                let src = start
+                    .checked_add(buf.len())
+                    .and_then(|end| m.get(start..end))
+                    .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+                buf.copy_from_slice(src);
+                Ok(())
+            }
+        }
+    }
+}
+
 /// Bytes one positioned read asks for, at most.
 const PIECE: usize = 8 << 20;
 
@@ -149,7 +176,7 @@ const PIECE: usize = 8 << 20;
 /// byte) with `threads` threads, each taking a run of pieces of about equal
 /// bytes. Stops early when `progress` is cancelled.
 pub(crate) fn read_buffered(
-    file: &File,
+    src: ReadSrc<'_>,
     path: &Path,
     pieces: Vec<(&mut [u8], u64)>,
     threads: usize,
@@ -181,7 +208,7 @@ pub(crate) fn read_buffered(
             if progress.cancelled() {
                 return Ok(false);
             }
-            crate::format::read_at(file, dst, off)?;
+            src.read_at(dst, off)?;
             if !progress.add(dst.len() as u64) {
                 return Ok(false);
             }

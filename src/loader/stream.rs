@@ -4,14 +4,14 @@
 use std::path::Path;
 
 use crate::error::Result;
-use crate::format::read_header;
+use crate::format::{read_header, read_header_at};
 use crate::prefetch::PrefetchDecision;
 
 use super::place::{add, copy_group, plan, Group, Placed, ReadCtx};
-use super::read::{DirectIo, DirectOutcome, Progress, ReadReport};
+use super::read::{DirectIo, DirectOutcome, Progress, ReadReport, ReadSrc};
 use super::report::PlacementKind;
 use super::weights::{HeaderBytes, Loaded};
-use super::{open_checked, LoadOptions};
+use super::{check_range, open_checked, LoadOptions, Source};
 
 /// Whether this load may read directly, or why not.
 fn direct_wanted(path: &Path, opts: &LoadOptions) -> std::result::Result<(), DirectOutcome> {
@@ -37,16 +37,50 @@ fn direct_wanted(path: &Path, opts: &LoadOptions) -> std::result::Result<(), Dir
     }
 }
 
-/// Load `path` into owned buffers: validate the header (read in growing
-/// prefixes, never past it), then read each tensor once into its place.
-pub(crate) fn stream_path(path: &Path, opts: &LoadOptions) -> Result<Loaded> {
-    let (file, meta) = open_checked(path)?;
-    let wanted = direct_wanted(path, opts);
-    if wanted.is_ok() {
-        // Only the header's own pages go through the page cache.
-        crate::mmap::advise_no_readahead(&file);
-    }
-    let (header, header_bytes) = read_header(&file, meta.len(), path)?;
+/// Load `src` into owned buffers: validate the header (read in growing
+/// prefixes, never past it), then read each tensor once into its place. A
+/// file range reads only that range
+/// (buffered: direct reads reopen the file by path); memory is copied.
+pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Loaded> {
+    let label = src.label();
+    let path = label.as_path();
+    let mut wanted = Err(DirectOutcome::NotApplicable {
+        reason: "not a file opened by path".into(),
+    });
+    let (file, header, header_bytes, base) = match src {
+        Source::Path(p) => {
+            let (file, meta) = open_checked(p)?;
+            wanted = direct_wanted(p, opts);
+            if wanted.is_ok() {
+                // Only the header's own pages go through the page cache.
+                crate::mmap::advise_no_readahead(&file);
+            }
+            let (header, bytes) = read_header(&file, meta.len(), p)?;
+            (Some(file), header, bytes, 0)
+        }
+        Source::Range { file, offset, len } => {
+            check_range(file, *offset, *len, path)?;
+            let (header, bytes) = read_header_at(file, *offset, *len, path)?;
+            let f = file
+                .try_clone()
+                .map_err(|e| crate::Error::io("dup", path, e))?;
+            (Some(f), header, bytes, *offset)
+        }
+        Source::Memory(m) => {
+            let bytes = (**m).as_ref();
+            if bytes.is_empty() {
+                return Err(crate::Error::EmptyFile {
+                    path: label.clone(),
+                });
+            }
+            let header = crate::format::Header::parse(bytes)?;
+            let end = match &header {
+                crate::format::Header::Gguf(g) => g.header_len(),
+                crate::format::Header::Safetensors(s) => s.data_offset(),
+            } as usize;
+            (None, header, bytes[..end.min(bytes.len())].to_vec(), 0)
+        }
+    };
     let infos = header.tensors();
     let mut groups: Vec<Group> = Vec::new();
     for (i, t) in infos.iter().enumerate() {
@@ -73,8 +107,17 @@ pub(crate) fn stream_path(path: &Path, opts: &LoadOptions) -> Result<Loaded> {
     }
     let progress = Progress::new(opts.progress.clone(), total);
     let threads = opts.threads();
+    let read_src = match (&file, src) {
+        (Some(f), _) => ReadSrc::File { file: f, base },
+        (None, Source::Memory(m)) => ReadSrc::Memory((**m).as_ref()),
+        (None, _) => unreachable!("a file source has an open file"),
+    };
     let ctx = ReadCtx {
-        file: &file,
+        src: read_src,
+        direct_path: match src {
+            Source::Path(p) => Some(p),
+            _ => None,
+        },
         path,
         staging_bytes: opts.staging_bytes,
         threads,
@@ -100,7 +143,7 @@ pub(crate) fn stream_path(path: &Path, opts: &LoadOptions) -> Result<Loaded> {
         None => DirectOutcome::Off,
     };
     Ok(Loaded {
-        path: path.to_owned(),
+        path: label.clone(),
         header,
         header_bytes: HeaderBytes::Owned(header_bytes),
         buffers,

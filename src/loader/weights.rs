@@ -13,12 +13,12 @@ use crate::prefetch::{PrefetchDecision, PrefetchProgress, Prefetcher};
 use crate::tensor::TensorInfo;
 use crate::types::TensorType;
 
-use super::mapped::{map_path, MapFail};
+use super::mapped::{map_any, MapFail};
 use super::place::Slot;
 use super::report::{BufferReport, CopiedTensor, LoadReport, PlacementKind};
 use super::shards;
-use super::stream::stream_path;
-use super::{open_checked, LoadMode, LoadOptions};
+use super::stream::stream_source;
+use super::{open_checked, LoadMode, LoadOptions, Source};
 
 /// Where the header's bytes are (metadata is read from them lazily).
 #[derive(Debug)]
@@ -137,7 +137,7 @@ impl MappedWeights {
     /// used; the file's own error (missing, empty, invalid, ...); [`Error::Mlock`].
     pub unsafe fn open(path: impl AsRef<Path>, options: &LoadOptions) -> Result<MappedWeights> {
         // SAFETY: forwarded to the caller.
-        match unsafe { map_path(path.as_ref(), options) } {
+        match unsafe { super::mapped::map_path(path.as_ref(), options) } {
             Ok(inner) => Ok(MappedWeights { inner }),
             Err(MapFail::Fallback(reason)) => Err(Error::MmapFailed { reason }),
             Err(MapFail::Error(e)) => Err(e),
@@ -243,10 +243,22 @@ unsafe fn load_one(
     path: &Path,
     options: &LoadOptions,
 ) -> Result<(Storage, Option<FallbackReason>)> {
+    // SAFETY: forwarded to the caller.
+    unsafe { load_source(&Source::Path(path), options) }
+}
+
+/// [`load_one`] for any [`Source`].
+///
+/// # Safety
+/// As [`Weights::load`], for the file behind `src` (memory needs nothing).
+unsafe fn load_source(
+    src: &Source<'_>,
+    options: &LoadOptions,
+) -> Result<(Storage, Option<FallbackReason>)> {
     let mut fallback = None;
     if options.mode == LoadMode::Mmap {
         // SAFETY: forwarded to the caller.
-        match unsafe { map_path(path, options) } {
+        match unsafe { map_any(src, options) } {
             Ok(inner) => return Ok((Storage::Mapped(MappedWeights { inner }), None)),
             Err(MapFail::Error(e)) => return Err(e),
             Err(MapFail::Fallback(reason)) if !options.fallback => {
@@ -255,7 +267,7 @@ unsafe fn load_one(
             Err(MapFail::Fallback(reason)) => fallback = Some(reason),
         }
     }
-    let s = stream_path(path, options).map_err(|e| match &fallback {
+    let s = stream_source(src, options).map_err(|e| match &fallback {
         Some(reason) => Error::FallbackFailed {
             reason: reason.clone(),
             source: Box::new(e),
@@ -374,6 +386,74 @@ impl Weights {
                 locs,
                 by_name,
             }),
+            report,
+        })
+    }
+
+    /// Load a model that occupies `[offset, offset + len)` of the open
+    /// `file`: an Android APK entry (`AAsset_openFileDescriptor64` gives a
+    /// descriptor, a start and a length), or any container. The mapping
+    /// starts at the page below `offset`; alignment is checked on absolute
+    /// addresses and bounds against `len`, not the file's end; the stream
+    /// path reads only the range (buffered). Tensor `file_offset`s are
+    /// relative to `offset`. `file` is duplicated, not taken.
+    ///
+    /// # Safety
+    /// As [`Weights::load`], for that range of the file.
+    ///
+    /// # Errors
+    /// As [`Weights::load`]; [`Error::Truncated`] when the range runs past
+    /// the file.
+    pub unsafe fn load_file_range(
+        file: &std::fs::File,
+        offset: u64,
+        len: u64,
+        options: &LoadOptions,
+    ) -> Result<Weights> {
+        let t0 = Instant::now();
+        let src = Source::Range { file, offset, len };
+        // SAFETY: forwarded to the caller.
+        let (part, fallback) = unsafe { load_source(&src, options)? };
+        let report = part.loaded().report(options.mode, fallback, t0);
+        Ok(Weights {
+            parts: vec![part],
+            combined: None,
+            report,
+        })
+    }
+
+    /// Load a model from memory the caller hands over: a `Vec<u8>`, an
+    /// `Arc<[u8]>`, or `include_bytes!`'s `&'static [u8]`. Safe: the memory
+    /// is kept alive by the weights and cannot change behind them. With the
+    /// default [`LoadMode::Mmap`] tensors are views into it wherever their
+    /// addresses are aligned for their buffer type (hybrid placement copies
+    /// the rest); [`LoadMode::Stream`] copies every tensor. Advice, release
+    /// and residency are no-ops.
+    ///
+    /// ```
+    /// use weightmap::{gguf::write::Writer, LoadOptions, TensorType, Weights};
+    /// # fn main() -> weightmap::Result<()> {
+    /// let mut w = Writer::new(32);
+    /// w.tensor("w", TensorType::F32, &[4], 2.0f32.to_le_bytes().repeat(4));
+    /// let weights = Weights::from_memory(w.to_bytes(), &LoadOptions::default())?;
+    /// assert_eq!(weights.tensor("w")?.view::<f32>()?, &[2.0; 4]);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Weights::load`], less the file's own.
+    pub fn from_memory(
+        bytes: impl AsRef<[u8]> + Send + Sync + 'static,
+        options: &LoadOptions,
+    ) -> Result<Weights> {
+        let t0 = Instant::now();
+        let src = Source::Memory(Arc::new(bytes));
+        // SAFETY: memory has no file to change: nothing to promise.
+        let (part, fallback) = unsafe { load_source(&src, options)? };
+        let report = part.loaded().report(options.mode, fallback, t0);
+        Ok(Weights {
+            parts: vec![part],
+            combined: None,
             report,
         })
     }
