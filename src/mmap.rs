@@ -186,6 +186,37 @@ impl Mapping {
         }
     }
 
+    /// Memory borrowed from the caller, as [`Mapping::from_memory`] takes it,
+    /// for a lifetime the type system does not carry.
+    ///
+    /// # Safety
+    /// `bytes` must stay valid and unchanged while the returned `Arc`, and
+    /// every clone of it, lives.
+    pub(crate) unsafe fn borrowed_memory(bytes: &[u8]) -> Arc<dyn AsRef<[u8]> + Send + Sync> {
+        struct Borrowed {
+            ptr: *const u8,
+            len: usize,
+        }
+        // SAFETY: `Borrowed` only reads memory the caller of
+        // `from_borrowed` keeps valid and unchanged; shared reads are
+        // thread-safe.
+        unsafe impl Send for Borrowed {}
+        // SAFETY: as for Send.
+        unsafe impl Sync for Borrowed {}
+        impl AsRef<[u8]> for Borrowed {
+            fn as_ref(&self) -> &[u8] {
+                // SAFETY: `ptr..ptr+len` was a live `&[u8]` when made, and
+                // the caller of `from_borrowed` keeps it valid and unchanged
+                // while this value lives.
+                unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+            }
+        }
+        Arc::new(Borrowed {
+            ptr: bytes.as_ptr(),
+            len: bytes.len(),
+        })
+    }
+
     fn mmap(&self) -> Option<&Mmap> {
         match &self.backing {
             Backing::Map(m) => Some(m),

@@ -163,3 +163,41 @@ fn memory_the_caller_owns_loads_zero_copy_where_aligned() {
         Err(Error::EmptyFile { .. } | Error::UnknownFormat | Error::Truncated { .. })
     ));
 }
+
+#[test]
+fn borrowed_bytes_load_as_views_that_cannot_outlive_them() {
+    let m = model();
+    // Page-aligned storage, so every tensor is a view.
+    let mut pages: Vec<[u8; 4096]> = vec![[0; 4096]; m.len().div_ceil(4096)];
+    let flat: &mut [u8] = bytemuck::cast_slice_mut(&mut pages);
+    flat[..m.len()].copy_from_slice(&m);
+    let bytes: &[u8] = &bytemuck::cast_slice(&pages)[..m.len()];
+    let want = bytes_of(&Weights::from_memory(m.clone(), &LoadOptions::default()).unwrap());
+    let w = Weights::from_slice(bytes, &LoadOptions::default()).unwrap();
+    assert_eq!(bytes_of(&w), want);
+    assert_eq!(w.report().tensors_copied, 0);
+    let base = bytes.as_ptr() as usize;
+    for t in w.tensors() {
+        let addr = t.host_bytes().unwrap().as_ptr() as usize;
+        assert_eq!(
+            addr - base,
+            t.info().file_offset as usize,
+            "a view into the caller's bytes"
+        );
+    }
+    // Routing and device buffer types are not used for borrowed bytes.
+    let dev: std::sync::Arc<dyn weightmap::buffer::BufferType> = std::sync::Arc::new(
+        weightmap::buffer::SimDeviceBufferType::new(32, usize::MAX)
+            .unwrap()
+            .with_host_ptr(true),
+    );
+    let w = Weights::from_slice(bytes, &LoadOptions::new().buffer_type(dev)).unwrap();
+    assert!(w.tensors().all(|t| t.buffer().is_host()));
+    // Unaligned borrowed bytes: hybrid placement copies what it must.
+    let mut odd = vec![0u8; m.len() + 1];
+    odd[1..].copy_from_slice(&m);
+    let w = Weights::from_slice(&odd[1..], &LoadOptions::default()).unwrap();
+    assert_eq!(bytes_of(&w), want);
+    drop(w);
+    drop(odd);
+}

@@ -52,7 +52,8 @@ pub use options::{LoadMode, LoadOptions, Route};
 pub use read::{DirectIo, DirectOutcome, ProgressFn, ReadReport, PROGRESS_STEP};
 pub use report::{BufferReport, CopiedTensor, CopyReason, LoadReport, PlacementKind};
 pub use weights::{
-    MappedWeights, ModelHeaders, OwnedTensor, ShardReport, TensorRef, Weights, WeightsHeader,
+    BorrowedWeights, MappedWeights, ModelHeaders, OwnedTensor, ShardReport, TensorRef, Weights,
+    WeightsHeader,
 };
 
 /// Open `path` for loading: `stat` it first (opening a FIFO would block until

@@ -458,6 +458,65 @@ impl Weights {
         })
     }
 
+    /// Load a model from bytes the caller lends, with the views borrowing
+    /// them: no copy where a tensor's address is aligned (hybrid placement
+    /// copies the rest). Safe: the result borrows `bytes`, so it cannot
+    /// outlive them. Tensors are viewed through weightmap's own CPU buffers
+    /// only: `options.buffer_type` and `options.route` are not used (a
+    /// buffer type handed the borrowed memory could keep it past the
+    /// borrow), so every tensor is on the default CPU type, with the
+    /// alignment of `options.buffer_type`.
+    ///
+    /// ```
+    /// use weightmap::{gguf::write::Writer, LoadOptions, TensorType, Weights};
+    /// # fn main() -> weightmap::Result<()> {
+    /// let mut w = Writer::new(32);
+    /// w.tensor("w", TensorType::F32, &[4], 3.0f32.to_le_bytes().repeat(4));
+    /// let bytes = w.to_bytes();
+    /// let weights = Weights::from_slice(&bytes, &LoadOptions::default())?;
+    /// assert_eq!(weights.tensor("w")?.view::<f32>()?, &[3.0; 4]);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// A view cannot outlive the bytes:
+    ///
+    /// ```compile_fail
+    /// # use weightmap::{LoadOptions, Weights};
+    /// let w = {
+    ///     let bytes = vec![0u8; 64];
+    ///     Weights::from_slice(&bytes, &LoadOptions::default()).unwrap()
+    /// }; // error: `bytes` does not live long enough
+    /// # let _ = w;
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Weights::from_memory`].
+    pub fn from_slice<'a>(bytes: &'a [u8], options: &LoadOptions) -> Result<BorrowedWeights<'a>> {
+        let t0 = Instant::now();
+        let align = options.buffer_type.alignment();
+        let cpu: Arc<dyn crate::buffer::BufferType> =
+            Arc::new(CpuBufferType::with_alignment(align)?);
+        let mut opts = options.clone().buffer_type(cpu);
+        opts.route = None;
+        // SAFETY: the result is a `BorrowedWeights<'a>`, which holds every
+        // handle to the mapping (its buffers and prefetch live inside the
+        // `Weights` it owns; only weightmap's CPU buffer type is handed the
+        // region, and keeps it there), so none outlives `bytes`; and `&'a
+        // [u8]` cannot change while borrowed.
+        let src = Source::Memory(unsafe { Mapping::borrowed_memory(bytes) });
+        // SAFETY: memory has no file to change.
+        let (part, fallback) = unsafe { load_source(&src, &opts)? };
+        let report = part.loaded().report(options.mode, fallback, t0);
+        Ok(BorrowedWeights {
+            inner: Weights {
+                parts: vec![part],
+                combined: None,
+                report,
+            },
+            _bytes: std::marker::PhantomData,
+        })
+    }
+
     /// Load `path` on the stream path only. Safe: nothing is mapped.
     ///
     /// # Errors
@@ -1174,5 +1233,20 @@ impl ModelHeaders {
     /// Bytes of every file.
     pub fn file_len(&self) -> u64 {
         self.files.iter().map(|f| f.1.header().file_len()).sum()
+    }
+}
+
+/// [`Weights`] over bytes borrowed from the caller ([`Weights::from_slice`]):
+/// dereferences to `Weights`, and cannot outlive the bytes.
+#[derive(Debug)]
+pub struct BorrowedWeights<'a> {
+    inner: Weights,
+    _bytes: std::marker::PhantomData<&'a [u8]>,
+}
+
+impl std::ops::Deref for BorrowedWeights<'_> {
+    type Target = Weights;
+    fn deref(&self) -> &Weights {
+        &self.inner
     }
 }
