@@ -215,21 +215,29 @@ pub(crate) fn read_buffered(
         }
         Ok(true)
     };
-    let results: Vec<io::Result<bool>> = if threads == 1 {
-        groups.into_iter().map(run).collect()
-    } else {
-        std::thread::scope(|s| {
-            let handles: Vec<_> = groups
-                .into_iter()
-                .map(|g| s.spawn(move || run(g)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                .collect()
-        })
-    };
-    finish(results, path, progress)
+    finish(run_groups(groups, run), path, progress)
+}
+
+/// Run `run` on every group, each on its own scoped thread (in this thread
+/// when there is one group); every thread has ended when this returns.
+fn run_groups<G: Send>(
+    groups: Vec<G>,
+    run: impl Fn(G) -> io::Result<bool> + Sync,
+) -> Vec<io::Result<bool>> {
+    if groups.len() <= 1 {
+        return groups.into_iter().map(run).collect();
+    }
+    let run = &run;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = groups
+            .into_iter()
+            .map(|g| s.spawn(move || run(g)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
 }
 
 fn finish(results: Vec<io::Result<bool>>, path: &Path, progress: &Progress) -> Result<()> {
@@ -329,18 +337,8 @@ pub(crate) fn read_direct(
             }
             Ok(true)
         };
-        let results: Vec<io::Result<bool>> = std::thread::scope(|s| {
-            let handles: Vec<_> = groups
-                .into_iter()
-                .map(|g| s.spawn(move || run(g)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                .collect()
-        });
         let _ = n;
-        finish(results, path, progress).map(Ok)
+        finish(run_groups(groups, run), path, progress).map(Ok)
     }
     #[cfg(not(target_os = "linux"))]
     {

@@ -410,10 +410,23 @@ impl Weights {
         len: u64,
         options: &LoadOptions,
     ) -> Result<Weights> {
-        let t0 = Instant::now();
-        let src = Source::Range { file, offset, len };
         // SAFETY: forwarded to the caller.
-        let (part, fallback) = unsafe { load_source(&src, options)? };
+        unsafe {
+            Weights::single(
+                &Source::Range { file, offset, len },
+                options,
+                Instant::now(),
+            )
+        }
+    }
+
+    /// Load one source into weights of one part.
+    ///
+    /// # Safety
+    /// As [`Weights::load`], for the file behind `src` (memory needs nothing).
+    unsafe fn single(src: &Source<'_>, options: &LoadOptions, t0: Instant) -> Result<Weights> {
+        // SAFETY: forwarded to the caller.
+        let (part, fallback) = unsafe { load_source(src, options)? };
         let report = part.loaded().report(options.mode, fallback, t0);
         Ok(Weights {
             parts: vec![part],
@@ -446,16 +459,8 @@ impl Weights {
         bytes: impl AsRef<[u8]> + Send + Sync + 'static,
         options: &LoadOptions,
     ) -> Result<Weights> {
-        let t0 = Instant::now();
-        let src = Source::Memory(Arc::new(bytes));
         // SAFETY: memory has no file to change: nothing to promise.
-        let (part, fallback) = unsafe { load_source(&src, options)? };
-        let report = part.loaded().report(options.mode, fallback, t0);
-        Ok(Weights {
-            parts: vec![part],
-            combined: None,
-            report,
-        })
+        unsafe { Weights::single(&Source::Memory(Arc::new(bytes)), options, Instant::now()) }
     }
 
     /// Load a model from bytes the caller lends, with the views borrowing
@@ -505,14 +510,9 @@ impl Weights {
         // [u8]` cannot change while borrowed.
         let src = Source::Memory(unsafe { Mapping::borrowed_memory(bytes) });
         // SAFETY: memory has no file to change.
-        let (part, fallback) = unsafe { load_source(&src, &opts)? };
-        let report = part.loaded().report(options.mode, fallback, t0);
+        let inner = unsafe { Weights::single(&src, &opts, t0)? };
         Ok(BorrowedWeights {
-            inner: Weights {
-                parts: vec![part],
-                combined: None,
-                report,
-            },
+            inner,
             _bytes: std::marker::PhantomData,
         })
     }
