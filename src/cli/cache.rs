@@ -26,7 +26,6 @@ use weightmap::outfile::OutFile;
 use weightmap::Format;
 
 use super::gen::generate_with_progress;
-use super::load::hex;
 use super::{human_bytes, CliError, CliResult};
 
 /// The default model for `format`, generated into the cache if missing or
@@ -47,7 +46,7 @@ fn cached_model(spec: &GenSpec, dir: &Path) -> CliResult<PathBuf> {
         Format::Gguf => "gguf",
         Format::Safetensors => "safetensors",
     };
-    let name = format!("default-{}.{ext}", &hex(&key)[..16]);
+    let name = format!("default-{}.{ext}", &format!("{key:x}")[..16]);
     let path = dir.join(&name);
     let sidecar = dir.join(format!("{name}.sha256"));
     let shown = std::path::absolute(&path).unwrap_or_else(|_| path.clone());
@@ -118,7 +117,7 @@ fn sha256_file(path: &Path) -> CliResult<String> {
             Err(e) => return Err(err(e)),
         }
     }
-    Ok(hex(&h.finalize()))
+    Ok(format!("{:x}", h.finalize()))
 }
 
 /// The cache directory (see the module docs), created if missing.

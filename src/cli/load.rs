@@ -239,7 +239,7 @@ pub fn run(a: &Args) -> CliResult {
                 Some(b) => Sha256::digest(b),
                 None => Sha256::digest(t.to_vec()?),
             };
-            hashes.push((t.name().to_owned(), hex(&digest), t.placement_kind().name()));
+            hashes.push((t.name().to_owned(), format!("{digest:x}"), t.placement_kind().name()));
         }
     }
 
@@ -429,13 +429,3 @@ pub fn run(a: &Args) -> CliResult {
     emit(&out)
 }
 
-/// Lowercase hex.
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
-}
