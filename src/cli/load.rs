@@ -239,7 +239,11 @@ pub fn run(a: &Args) -> CliResult {
                 Some(b) => Sha256::digest(b),
                 None => Sha256::digest(t.to_vec()?),
             };
-            hashes.push((t.name().to_owned(), format!("{digest:x}"), t.placement_kind().name()));
+            hashes.push((
+                t.name().to_owned(),
+                format!("{digest:x}"),
+                t.placement_kind().name(),
+            ));
         }
     }
 
@@ -428,4 +432,3 @@ pub fn run(a: &Args) -> CliResult {
     };
     emit(&out)
 }
-
