@@ -23,6 +23,7 @@ mod view;
 
 pub use cpu::{CpuBuffer, CpuBufferType, HostRegion, MappedBuffer};
 pub use device::{SimDeviceBuffer, SimDeviceBufferType};
+pub(crate) use view::blocks as block_structs;
 pub use view::{
     view, view_mut, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0,
     BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, Element,

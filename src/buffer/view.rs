@@ -1,6 +1,6 @@
 //! Typed, zero-copy views of tensor bytes, through bytemuck.
 
-use bytemuck::{Pod, Zeroable};
+use bytemuck::Pod;
 use half::{bf16, f16};
 
 use crate::error::{Error, Result};
@@ -42,27 +42,31 @@ element! {
     u64 => "u64": U64;
 }
 
+/// Block structs of ggml types: `#[repr(C)]` `Pod`, an [`Element`] of their
+/// type, and a compile-time check of their size against the type table.
+/// Fields may carry docs (the IQ/TQ/FP4 structs in `quant` do).
 macro_rules! blocks {
-    ($($(#[$doc:meta])* $name:ident for $ty:ident { $($field:ident: $fty:ty),* $(,)? })*) => {$(
+    ($($(#[$doc:meta])* $name:ident for $ty:ident { $($(#[$fdoc:meta])* $field:ident: $fty:ty),* $(,)? })*) => {$(
         $(#[$doc])*
         #[repr(C)]
-        #[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable)]
+        #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
         #[allow(missing_docs)]
-        pub struct $name { $(pub $field: $fty),* }
+        pub struct $name { $($(#[$fdoc])* pub $field: $fty),* }
 
-        impl Element for $name {
+        impl $crate::buffer::Element for $name {
             const NAME: &'static str = stringify!($name);
-            fn accepts(ty: TensorType) -> bool {
-                ty == TensorType::$ty
+            fn accepts(ty: $crate::TensorType) -> bool {
+                ty == $crate::TensorType::$ty
             }
         }
 
         const _: () = assert!(
-            std::mem::size_of::<$name>() as u64 == TensorType::$ty.type_size(),
+            std::mem::size_of::<$name>() as u64 == $crate::TensorType::$ty.type_size(),
             concat!(stringify!($name), " does not match ggml's block size"),
         );
     )*};
 }
+pub(crate) use blocks;
 
 blocks! {
     /// ggml's `block_q4_0`: 32 weights, 4 bits each, one f16 scale (18 bytes).

@@ -6,32 +6,9 @@
 //! A compile-time check ties each struct's size to the type table's bytes per
 //! block. Multi-byte fields are little-endian, as in the file.
 
-use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use crate::buffer::Element;
-use crate::types::TensorType;
-
-macro_rules! blocks {
-    ($($(#[$doc:meta])* $name:ident for $ty:ident { $($(#[$fdoc:meta])* $field:ident: $fty:ty),* $(,)? })*) => {$(
-        $(#[$doc])*
-        #[repr(C)]
-        #[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable)]
-        pub struct $name { $($(#[$fdoc])* pub $field: $fty),* }
-
-        impl Element for $name {
-            const NAME: &'static str = stringify!($name);
-            fn accepts(ty: TensorType) -> bool {
-                ty == TensorType::$ty
-            }
-        }
-
-        const _: () = assert!(
-            std::mem::size_of::<$name>() as u64 == TensorType::$ty.type_size(),
-            concat!(stringify!($name), " does not match ggml's block size"),
-        );
-    )*};
-}
+use crate::buffer::block_structs as blocks;
 
 blocks! {
     /// ggml's `block_q1_0`: 128 weights of one bit each, `±d` (18 bytes).
