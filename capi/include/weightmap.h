@@ -272,6 +272,27 @@ int wm_tensor_by_name(const struct wm_weights *w, const char *name, struct wm_te
 int wm_tensor_is_mapped(const struct wm_weights *w, uint64_t i, int *out);
 
 /**
+ * Dequantize rows `[row_begin, row_end)` of tensor `i` to f32 into `out`,
+ * which holds `out_len` floats: exactly `(row_end - row_begin) * ne[0]`
+ * (a row is `ne[0]` elements; pass `0` and the tensor's row count,
+ * `ne[1] * ne[2] * ne[3]`, for the whole tensor). ggml's reference
+ * semantics for every type with a block layout (`weightmap::quant`).
+ *
+ * Returns [`WM_OK`]; [`WM_ERR_BAD_ARGUMENT`] for a bad index, range or
+ * length; [`WM_ERR_UNSUPPORTED`] for a type without a dequantization (Q8_1).
+ *
+ * # Safety
+ * `w` is NULL or a live pointer from [`wm_load`]; `out` is NULL or valid
+ * for writing `out_len` floats.
+ */
+int wm_tensor_dequantize(const struct wm_weights *w,
+                         uint64_t i,
+                         uint64_t row_begin,
+                         uint64_t row_end,
+                         float *out,
+                         uint64_t out_len);
+
+/**
  * The integer at `key` (stored as any GGUF integer type whose value fits
  * in a u64) in `*out`.
  *

@@ -675,6 +675,61 @@ pub unsafe extern "C" fn wm_tensor_is_mapped(
     })
 }
 
+/// Dequantize rows `[row_begin, row_end)` of tensor `i` to f32 into `out`,
+/// which holds `out_len` floats: exactly `(row_end - row_begin) * ne[0]`
+/// (a row is `ne[0]` elements; pass `0` and the tensor's row count,
+/// `ne[1] * ne[2] * ne[3]`, for the whole tensor). ggml's reference
+/// semantics for every type with a block layout (`weightmap::quant`).
+///
+/// Returns [`WM_OK`]; [`WM_ERR_BAD_ARGUMENT`] for a bad index, range or
+/// length; [`WM_ERR_UNSUPPORTED`] for a type without a dequantization (Q8_1).
+///
+/// # Safety
+/// `w` is NULL or a live pointer from [`wm_load`]; `out` is NULL or valid
+/// for writing `out_len` floats.
+#[no_mangle]
+pub unsafe extern "C" fn wm_tensor_dequantize(
+    w: *const wm_weights,
+    i: u64,
+    row_begin: u64,
+    row_end: u64,
+    out: *mut f32,
+    out_len: u64,
+) -> c_int {
+    guard(|| {
+        // SAFETY: by the contract.
+        let w = unsafe { weights_ref(w) }?;
+        if out.is_null() {
+            return Err(Fail::null("out"));
+        }
+        let t = usize::try_from(i)
+            .ok()
+            .and_then(|i| w.weights.tensor_at(i))
+            .ok_or_else(|| {
+                Fail::new(
+                    WM_ERR_BAD_ARGUMENT,
+                    format!(
+                        "tensor index {i} is out of range ({} tensors)",
+                        w.weights.len()
+                    ),
+                )
+            })?;
+        let n = usize::try_from(out_len)
+            .map_err(|_| Fail::new(WM_ERR_BAD_ARGUMENT, "out_len does not fit in memory"))?;
+        // SAFETY: the caller promises `out` is valid for `out_len` floats,
+        // and nothing else refers to that memory during this call.
+        let out = unsafe { std::slice::from_raw_parts_mut(out, n) };
+        t.rows_f32(row_begin..row_end, out).map_err(|e| match e {
+            Error::NoDequantize { .. } => Fail::new(WM_ERR_UNSUPPORTED, e.to_string()),
+            Error::RowOutOfRange { .. } | Error::OutputLength { .. } => {
+                Fail::new(WM_ERR_BAD_ARGUMENT, e.to_string())
+            }
+            e => Fail::from(e),
+        })?;
+        Ok(())
+    })
+}
+
 // ---- metadata ---------------------------------------------------------------------------------
 
 fn no_metadata(w: &wm_weights, key: &str) -> Fail {

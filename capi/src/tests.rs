@@ -523,3 +523,79 @@ fn version_is_the_crate_s() {
     let v = unsafe { CStr::from_ptr(wm_version()) };
     assert_eq!(v.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
 }
+
+#[test]
+fn dequantize_rows_match_the_library() {
+    let w = load("quant-types.gguf", None).unwrap();
+    // SAFETY: live weights.
+    let n = unsafe { wm_tensor_count(w.0) };
+    // SAFETY: as above; wm_weights wraps the library's Weights.
+    let lib = unsafe { &(*w.0).weights };
+    let mut checked = 0;
+    for i in 0..n {
+        let t = lib.tensor_at(i as usize).unwrap();
+        let rows = t.n_rows();
+        let row_len = t.row_len() as usize;
+        let Ok(want) = t.to_f32_vec() else {
+            // No dequantization: the C call says so.
+            let mut out = vec![0f32; 1];
+            // SAFETY: live weights; `out` holds one float.
+            let rc = unsafe { wm_tensor_dequantize(w.0, i, 0, 0, out.as_mut_ptr(), 0) };
+            assert!(rc == WM_ERR_UNSUPPORTED || rc == WM_OK, "{}", t.name());
+            continue;
+        };
+        let mut out = vec![0f32; want.len()];
+        // SAFETY: live weights; `out` holds `out.len()` floats.
+        let rc =
+            unsafe { wm_tensor_dequantize(w.0, i, 0, rows, out.as_mut_ptr(), out.len() as u64) };
+        assert_eq!(rc, WM_OK, "{}: {}", t.name(), last_error());
+        assert_eq!(
+            out.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            "{}",
+            t.name()
+        );
+        if rows > 1 {
+            let mut one = vec![0f32; row_len];
+            // SAFETY: as above.
+            let rc =
+                unsafe { wm_tensor_dequantize(w.0, i, 1, 2, one.as_mut_ptr(), row_len as u64) };
+            assert_eq!(rc, WM_OK);
+            assert_eq!(
+                one.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                want[row_len..2 * row_len]
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .collect::<Vec<_>>()
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked > 10);
+    let mut out = vec![0f32; 4];
+    // Out of range, a wrong length, NULL.
+    // SAFETY: live weights; `out` holds 4 floats; NULL is allowed.
+    unsafe {
+        assert_eq!(
+            wm_tensor_dequantize(w.0, 0, 0, 1_000_000, out.as_mut_ptr(), 4),
+            WM_ERR_BAD_ARGUMENT
+        );
+        assert!(last_error().contains("out of range"), "{}", last_error());
+        assert_eq!(
+            wm_tensor_dequantize(w.0, 0, 0, 1, out.as_mut_ptr(), 3),
+            WM_ERR_BAD_ARGUMENT
+        );
+        assert_eq!(
+            wm_tensor_dequantize(w.0, n, 0, 1, out.as_mut_ptr(), 4),
+            WM_ERR_BAD_ARGUMENT
+        );
+        assert_eq!(
+            wm_tensor_dequantize(w.0, 0, 0, 1, std::ptr::null_mut(), 4),
+            WM_ERR_BAD_ARGUMENT
+        );
+        assert_eq!(
+            wm_tensor_dequantize(null(), 0, 0, 1, out.as_mut_ptr(), 4),
+            WM_ERR_BAD_ARGUMENT
+        );
+    }
+}
