@@ -520,16 +520,24 @@ pub unsafe extern "C" fn wm_tensor_count(w: *const wm_weights) -> u64 {
     })
 }
 
+/// Tensor `i` of `w`, or a bad-argument failure naming the range.
+fn tensor_of(w: &wm_weights, i: u64) -> Result<weightmap::TensorRef<'_>, Fail> {
+    usize::try_from(i)
+        .ok()
+        .and_then(|i| w.weights.tensor_at(i))
+        .ok_or_else(|| {
+            Fail::new(
+                WM_ERR_BAD_ARGUMENT,
+                format!(
+                    "tensor index {i} is out of range ({} tensors)",
+                    w.weights.len()
+                ),
+            )
+        })
+}
+
 fn describe(w: &wm_weights, i: usize) -> Result<wm_tensor, Fail> {
-    let t = w.weights.tensor_at(i).ok_or_else(|| {
-        Fail::new(
-            WM_ERR_BAD_ARGUMENT,
-            format!(
-                "tensor index {i} is out of range ({} tensors)",
-                w.weights.len()
-            ),
-        )
-    })?;
+    let t = tensor_of(w, i as u64)?;
     let info = t.info();
     let dims = info.ne();
     if dims.len() > 4 {
@@ -657,18 +665,7 @@ pub unsafe extern "C" fn wm_tensor_is_mapped(
         if out.is_null() {
             return Err(Fail::null("out"));
         }
-        let t = usize::try_from(i)
-            .ok()
-            .and_then(|i| w.weights.tensor_at(i))
-            .ok_or_else(|| {
-                Fail::new(
-                    WM_ERR_BAD_ARGUMENT,
-                    format!(
-                        "tensor index {i} is out of range ({} tensors)",
-                        w.weights.len()
-                    ),
-                )
-            })?;
+        let t = tensor_of(w, i)?;
         let mapped = t.placement_kind() == weightmap::PlacementKind::Mapped;
         // SAFETY: by the contract.
         unsafe { put(out, c_int::from(mapped), "out") }
@@ -702,18 +699,7 @@ pub unsafe extern "C" fn wm_tensor_dequantize(
         if out.is_null() {
             return Err(Fail::null("out"));
         }
-        let t = usize::try_from(i)
-            .ok()
-            .and_then(|i| w.weights.tensor_at(i))
-            .ok_or_else(|| {
-                Fail::new(
-                    WM_ERR_BAD_ARGUMENT,
-                    format!(
-                        "tensor index {i} is out of range ({} tensors)",
-                        w.weights.len()
-                    ),
-                )
-            })?;
+        let t = tensor_of(w, i)?;
         let n = usize::try_from(out_len)
             .map_err(|_| Fail::new(WM_ERR_BAD_ARGUMENT, "out_len does not fit in memory"))?;
         // SAFETY: the caller promises `out` is valid for `out_len` floats,
