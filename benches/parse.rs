@@ -266,7 +266,9 @@ fn report_memory(h: &Header) {
     let table: usize = hdr
         .tensors()
         .iter()
-        .map(|t| std::mem::size_of_val(t) + t.name.len() + 8 * t.shape.len())
+        // Per tensor: a 24-byte entry, its type byte, up to 16 bytes of
+        // name index, its name and its dimensions (see src/tensor.rs).
+        .map(|t| 24 + 1 + 16 + t.name.len() + 8 * t.shape.len())
         .sum();
     println!(
         "weightmap parse:   RssAnon +{rss} KiB; heap live after {live} B, peak during {peak} B; tensor table ~{table} B"

@@ -5,7 +5,7 @@ use std::fs::File;
 use crate::error::{Error, Result};
 use crate::gguf::{self, GgufHeader, Metadata};
 use crate::safetensors::{self as st, SafetensorsHeader};
-use crate::tensor::TensorInfo;
+use crate::tensor::{TensorInfo, TensorTable};
 
 /// A weight file format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -122,7 +122,7 @@ impl Header {
     }
 
     /// Tensor descriptors in file order.
-    pub fn tensors(&self) -> &[TensorInfo] {
+    pub fn tensors(&self) -> &TensorTable {
         match self {
             Header::Gguf(h) => h.tensors(),
             Header::Safetensors(h) => h.tensors(),

@@ -157,7 +157,7 @@ pub fn plan(spec: &GenSpec) -> Result<Plan> {
             .iter()
             .map(|t| {
                 (
-                    t.name.clone(),
+                    t.name.to_owned(),
                     t.ty,
                     layout.file_dims(spec.format, t),
                     t.nbytes,
@@ -263,7 +263,7 @@ fn write_file(
         tensor: layout
             .tensors
             .first()
-            .map_or_else(String::new, |t| t.name.clone()),
+            .map_or_else(String::new, |t| t.name.to_owned()),
         what: "offset + size",
     })?;
     check_header(&header.1, file_len)?;
@@ -679,7 +679,7 @@ impl Layout {
             };
             let shape = self.file_dims(Format::Safetensors, t);
             root.insert(
-                t.name.clone(),
+                t.name.to_owned(),
                 json!({"dtype": dtype, "shape": shape, "data_offsets": [off, off + t.nbytes]}),
             );
             off += t.nbytes;
@@ -946,18 +946,18 @@ mod tests {
         assert!(md.get_f32("llama.rope.freq_base").is_ok());
         let embd = md.get_u32("llama.embedding_length").unwrap() as u64;
         assert_eq!(md.get_u32("llama.block_count").unwrap(), 5); // 37 = 4 × 9 + 1
-        let t0 = &h.tensors()[0];
+        let t0 = h.tensors().get(0).unwrap();
         assert_eq!(
-            (t0.name.as_str(), &t0.shape[..]),
+            (t0.name, t0.shape),
             ("token_embd.weight", &[embd, 1000][..])
         );
-        let on = &h.tensors()[38];
+        let on = h.tensors().get(38).unwrap();
         assert_eq!(
-            (on.name.as_str(), on.ty, &on.shape[..]),
+            (on.name, on.ty, on.shape),
             ("output_norm.weight", TensorType::F32, &[embd][..])
         );
-        assert_eq!(h.tensors()[39].name, "output.weight");
-        assert_eq!(h.tensors()[37].name, "blk.4.attn_norm.weight");
+        assert_eq!(h.tensors().get(39).unwrap().name, "output.weight");
+        assert_eq!(h.tensors().get(37).unwrap().name, "blk.4.attn_norm.weight");
         let used: BTreeSet<_> = h.tensors().iter().map(|t| t.ty).collect();
         let wanted: BTreeSet<_> = spec.types.iter().copied().collect();
         assert_eq!(used, wanted);
@@ -981,7 +981,10 @@ mod tests {
         assert_eq!(st.metadata()["vocab_size"], "1000");
         let h = Header::parse(&bytes).unwrap();
         assert_eq!(h.tensors().len(), 40);
-        let e = &h.tensors()[h.tensor_index("model.embed_tokens.weight").unwrap()];
+        let e = h
+            .tensors()
+            .get(h.tensor_index("model.embed_tokens.weight").unwrap())
+            .unwrap();
         assert_eq!(e.shape[0], 1000);
         let used: BTreeSet<_> = h.tensors().iter().map(|t| t.ty).collect();
         // Q8_0, Q4_K and Q6_K have no safetensors dtype: they become F16.

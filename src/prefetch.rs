@@ -134,15 +134,15 @@ pub(crate) fn apply_advice(
         }
         AdvicePolicy::PerTensor => {
             let tensors = header.tensors();
-            let names = || tensors.iter().map(|t| t.name.as_str());
+            let names = || tensors.iter().map(|t| t.name);
             let lookups: Vec<usize> = (0..tensors.len())
-                .filter(|&i| is_row_lookup(&tensors[i].name, names()))
+                .filter(|&i| is_row_lookup(tensors.name(i), names()))
                 .collect();
             // MADV_NORMAL is a fresh mapping's advice already; only the
             // lookup tables need a call (whole pages only: a page shared
             // with a neighbour keeps read-ahead).
             for &i in &lookups {
-                let r = tensors[i].file_range();
+                let r = tensors.file_range(i);
                 let _ = map.advise_inward(AccessAdvice::Random, r.start as usize, r.end as usize);
             }
             lookups

@@ -12,7 +12,7 @@ use crate::format::{read_at, Format};
 use crate::gguf::write::{OwnedValue, Writer};
 use crate::gguf::{Value, ValueType};
 use crate::outfile::OutFile;
-use crate::tensor::TensorInfo;
+use crate::tensor::{TensorInfo, TensorTable};
 use crate::types::TensorType;
 use crate::WeightsHeader;
 
@@ -31,7 +31,8 @@ pub fn split_model(src: &Path, out: &Path, shards: usize) -> Result<Vec<PathBuf>
     let wh = WeightsHeader::read(src)?;
     let file = std::fs::File::open(src).map_err(|e| Error::io("open", src, e))?;
     let tensors = wh.header().tensors();
-    let groups = partition(tensors, shards.max(1));
+    let sizes: Vec<u64> = tensors.iter().map(|t| t.nbytes).collect();
+    let groups = partition(&sizes, shards.max(1));
     let n = groups.len();
     let dir = out.parent().unwrap_or(Path::new(""));
     let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("model");
@@ -56,8 +57,8 @@ pub fn split_model(src: &Path, out: &Path, shards: usize) -> Result<Vec<PathBuf>
                     .kv("split.count", OwnedValue::U16(n as u16))
                     .kv("split.tensors.count", OwnedValue::I32(tensors.len() as i32));
                 for &t in g {
-                    let t = &tensors[t];
-                    w.tensor_deferred(&t.name, t.ty, &t.ne());
+                    let t = tensors.at(t);
+                    w.tensor_deferred(t.name, t.ty, &t.ne());
                 }
                 let path = dir.join(format!("{prefix}-{:05}-of-{n:05}.gguf", i + 1));
                 write_gguf(&w, &file, src, tensors, g, &path)?;
@@ -78,7 +79,7 @@ pub fn split_model(src: &Path, out: &Path, shards: usize) -> Result<Vec<PathBuf>
                 let path = dir.join(&fname);
                 total += write_safetensors(&file, src, tensors, g, &meta, &path)?;
                 for &t in g {
-                    weight_map.insert(tensors[t].name.clone(), fname.clone());
+                    weight_map.insert(tensors.at(t).name.to_owned(), fname.clone());
                 }
                 written.push(path);
             }
@@ -99,20 +100,20 @@ pub fn split_model(src: &Path, out: &Path, shards: usize) -> Result<Vec<PathBuf>
 
 /// Runs of tensor indices of about equal bytes, at most `n` of them and
 /// none empty (fewer when there are fewer tensors).
-fn partition(tensors: &[TensorInfo], n: usize) -> Vec<Vec<usize>> {
-    let total: u64 = tensors.iter().map(|t| t.nbytes).sum();
-    let n = n.min(tensors.len()).max(1);
+fn partition(sizes: &[u64], n: usize) -> Vec<Vec<usize>> {
+    let total: u64 = sizes.iter().sum();
+    let n = n.min(sizes.len()).max(1);
     let mut groups: Vec<Vec<usize>> = vec![Vec::new()];
     let mut acc = 0u64;
-    for (i, t) in tensors.iter().enumerate() {
-        let left = tensors.len() - i;
+    for (i, &size) in sizes.iter().enumerate() {
+        let left = sizes.len() - i;
         let need = n - groups.len();
         let full = acc >= total / n as u64 * groups.len() as u64;
         if !groups.last().is_some_and(Vec::is_empty) && need > 0 && (full || left == need) {
             groups.push(Vec::new());
         }
         groups.last_mut().expect("one group at least").push(i);
-        acc += t.nbytes;
+        acc += size;
     }
     groups.retain(|g| !g.is_empty());
     groups
@@ -149,12 +150,12 @@ fn owned(v: &Value<'_>) -> OwnedValue {
 /// Copy tensor bytes from `src`, in the writer's chunks.
 fn copier<'a>(
     file: &'a std::fs::File,
-    tensors: &'a [TensorInfo],
+    tensors: &'a TensorTable,
     group: &'a [usize],
 ) -> impl FnMut(usize, &mut [u8]) -> std::io::Result<()> + 'a {
     let mut at: Vec<u64> = vec![0; group.len()];
     move |i, buf| {
-        let t = &tensors[group[i]];
+        let t = tensors.at(group[i]);
         read_at(file, buf, t.file_offset + at[i])?;
         at[i] += buf.len() as u64;
         Ok(())
@@ -165,7 +166,7 @@ fn write_gguf(
     w: &Writer,
     file: &std::fs::File,
     src: &Path,
-    tensors: &[TensorInfo],
+    tensors: &TensorTable,
     group: &[usize],
     path: &Path,
 ) -> Result<()> {
@@ -202,7 +203,7 @@ fn dtype(t: &TensorInfo) -> Result<&'static str> {
 fn write_safetensors(
     file: &std::fs::File,
     src: &Path,
-    tensors: &[TensorInfo],
+    tensors: &TensorTable,
     group: &[usize],
     meta: &BTreeMap<String, String>,
     path: &Path,
@@ -216,10 +217,10 @@ fn write_safetensors(
     }
     let mut off = 0u64;
     for &i in group {
-        let t = &tensors[i];
+        let t = tensors.at(i);
         root.insert(
-            t.name.clone(),
-            serde_json::json!({"dtype": dtype(t)?, "shape": t.shape, "data_offsets": [off, off + t.nbytes]}),
+            t.name.to_owned(),
+            serde_json::json!({"dtype": dtype(&t)?, "shape": t.shape, "data_offsets": [off, off + t.nbytes]}),
         );
         off += t.nbytes;
     }
@@ -238,7 +239,7 @@ fn write_safetensors(
     let mut copy = copier(file, tensors, group);
     let mut buf = vec![0u8; 4 << 20];
     for (k, &i) in group.iter().enumerate() {
-        let mut left = tensors[i].nbytes as usize;
+        let mut left = tensors.at(i).nbytes as usize;
         while left > 0 {
             let n = left.min(buf.len());
             copy(k, &mut buf[..n]).map_err(|e| Error::io("read", src, e))?;
@@ -256,25 +257,13 @@ fn write_safetensors(
 mod tests {
     use super::*;
 
-    fn t(n: u64) -> TensorInfo {
-        TensorInfo {
-            name: String::new(),
-            ty: TensorType::U8,
-            shape: vec![n].into(),
-            outer_first: false,
-            offset: 0,
-            file_offset: 0,
-            nbytes: n,
-        }
-    }
-
     #[test]
     fn partition_balances_bytes_and_leaves_no_shard_empty() {
-        let ts: Vec<TensorInfo> = [10, 10, 10, 10, 10, 10].iter().map(|&n| t(n)).collect();
+        let ts = [10, 10, 10, 10, 10, 10];
         assert_eq!(partition(&ts, 3), vec![vec![0, 1], vec![2, 3], vec![4, 5]]);
         assert_eq!(partition(&ts, 1).len(), 1);
         assert_eq!(partition(&ts[..2], 5), vec![vec![0], vec![1]]);
-        let skew: Vec<TensorInfo> = [100, 1, 1, 1].iter().map(|&n| t(n)).collect();
+        let skew = [100, 1, 1, 1];
         let g = partition(&skew, 3);
         assert_eq!(g.len(), 3);
         assert!(g.iter().all(|g| !g.is_empty()));

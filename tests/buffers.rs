@@ -7,14 +7,23 @@ use weightmap::buffer::{
     BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, BufferType, BufferUsage,
     CpuBufferType, Element, SimDeviceBufferType,
 };
+use weightmap::tensor::TensorTable;
 use weightmap::{Error, TensorInfo, TensorType};
 
-fn info(ty: TensorType, n_elements: u64) -> TensorInfo {
+/// A one-tensor table (owned: a `TensorInfo` borrows its table).
+fn info(ty: TensorType, n_elements: u64) -> TensorTable {
     let mut w = weightmap::gguf::write::Writer::new(32);
     let nbytes = ty.bytes_for(n_elements).unwrap() as usize;
     w.tensor("t", ty, &[n_elements], vec![0; nbytes]);
     let bytes = w.to_bytes();
-    weightmap::gguf::Gguf::parse(&bytes).unwrap().tensors()[0].clone()
+    weightmap::gguf::Gguf::parse(&bytes)
+        .unwrap()
+        .tensors()
+        .clone()
+}
+
+fn first(t: &TensorTable) -> TensorInfo<'_> {
+    t.get(0).unwrap()
 }
 
 #[test]
@@ -142,7 +151,8 @@ fn simulated_device_round_trips_bytes_and_hides_them() {
 }
 
 fn check_view<T: Element + PartialEq + std::fmt::Debug>(ty: TensorType, n: u64, expect_len: usize) {
-    let info = info(ty, n);
+    let table = info(ty, n);
+    let info = first(&table);
     let buf = CpuBufferType::new().alloc(info.nbytes as usize).unwrap();
     let v: &[T] = view(&info, buf.bytes()).unwrap();
     assert_eq!(v.len(), expect_len, "{ty}");
@@ -175,14 +185,16 @@ fn views_of_every_supported_element_type() {
 
 #[test]
 fn view_values_come_from_the_bytes() {
-    let info = info(TensorType::F16, 2);
+    let table = info(TensorType::F16, 2);
+    let info = first(&table);
     let mut buf = CpuBufferType::new().alloc(4).unwrap();
     buf.bytes_mut()[..2].copy_from_slice(&f16::from_f32(1.5).to_le_bytes());
     buf.bytes_mut()[2..].copy_from_slice(&f16::from_f32(-2.0).to_le_bytes());
     let v: &[f16] = view(&info, buf.bytes()).unwrap();
     assert_eq!(v, [f16::from_f32(1.5), f16::from_f32(-2.0)]);
 
-    let info = info_q8();
+    let table = info_q8();
+    let info = first(&table);
     let mut buf = CpuBufferType::new().alloc(34).unwrap();
     buf.bytes_mut()[..2].copy_from_slice(&f16::from_f32(0.25).to_le_bytes());
     buf.bytes_mut()[2] = 0xFF;
@@ -191,13 +203,14 @@ fn view_values_come_from_the_bytes() {
     assert_eq!(b[0].qs[0], -1);
 }
 
-fn info_q8() -> TensorInfo {
+fn info_q8() -> TensorTable {
     info(TensorType::Q8_0, 32)
 }
 
 #[test]
 fn wrong_type_or_ragged_size_or_misaligned_view_is_an_error() {
-    let f32_info = info(TensorType::F32, 4);
+    let f32_table = info(TensorType::F32, 4);
+    let f32_info = first(&f32_table);
     let buf = CpuBufferType::new().alloc(64).unwrap();
     assert!(matches!(
         view::<f16>(&f32_info, &buf.bytes()[..16]),
@@ -222,7 +235,7 @@ fn wrong_type_or_ragged_size_or_misaligned_view_is_an_error() {
         Err(Error::ViewLayout { .. })
     ));
     // u8 views cover the byte-sized types.
-    let mut u8_info = f32_info.clone();
+    let mut u8_info = f32_info;
     u8_info.ty = TensorType::Bool;
     assert_eq!(view::<u8>(&u8_info, &buf.bytes()[..3]).unwrap().len(), 3);
 }

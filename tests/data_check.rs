@@ -304,7 +304,7 @@ fn check_weights(weights: &Weights) -> weightmap::Result<weightmap::quant::Check
         .tensors()
         .map(|t| {
             let i = t.info();
-            (i.name.clone(), i.ty, t.to_vec().unwrap())
+            (i.name.to_owned(), i.ty, t.to_vec().unwrap())
         })
         .collect();
     check_tensors(as_refs(&owned))

@@ -334,7 +334,7 @@ fn block_structs_view_tensor_bytes() {
     w.tensor("x", TensorType::IQ4_XS, &[want.len() as u64], raw.clone());
     let bytes = w.to_bytes();
     let file = gguf::Gguf::parse(&bytes).unwrap();
-    let info = &file.tensors()[0];
+    let info = &file.tensors().get(0).unwrap();
     let blocks: &[BlockIQ4XS] = view(info, file.tensor_bytes(info)).unwrap();
     assert_eq!(blocks.len(), raw.len() / 136);
     assert_eq!(bytemuck::cast_slice::<BlockIQ4XS, u8>(blocks), &raw[..]);

@@ -338,7 +338,7 @@ fn grl_to_weightmap(
     for t in ts {
         b = b
             .add_tensor(
-                t.name.clone(),
+                t.name.to_owned(),
                 t.dims.clone(),
                 grl_tensor_type(t.ty),
                 t.data.clone(),
@@ -385,12 +385,12 @@ fn grl_to_weightmap(
     for ((t, want), off) in file.tensors().iter().zip(ts).zip(offsets) {
         prop_assert_eq!(&t.name, &want.name);
         prop_assert_eq!(t.ty, want.ty);
-        prop_assert_eq!(&t.shape[..], &want.dims[..]);
+        prop_assert_eq!(t.shape, &want.dims[..]);
         prop_assert_eq!(t.offset, off, "{}", t.name);
         prop_assert_eq!(t.file_offset, file.header().data_offset() + off);
         prop_assert_eq!(t.nbytes, want.data.len() as u64);
         prop_assert!(
-            file.tensor_bytes(t) == &want.data[..],
+            file.tensor_bytes(&t) == &want.data[..],
             "{}: bytes differ",
             t.name
         );

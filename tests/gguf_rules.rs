@@ -572,7 +572,7 @@ fn alignment_1_2_4_are_valid() {
         }
         // With alignment 1, "b" starts right after "a"'s 3 bytes.
         if a == 1 {
-            assert_eq!(h.tensors()[1].offset, 3);
+            assert_eq!(h.tensors().get(1).unwrap().offset, 3);
         }
     }
 }
@@ -600,7 +600,7 @@ fn tensor_name_63_bytes_is_valid() {
     let h = ok(&GgufSpec::new()
         .tensor(Tensor::new(&name, tt::F32, &[1]))
         .bytes());
-    assert_eq!(h.tensors()[0].name, name);
+    assert_eq!(h.tensors().get(0).unwrap().name, name);
     assert_eq!(h.tensor_index(&name), Some(0));
 }
 
@@ -720,7 +720,7 @@ fn type_id_42_q2_0_is_valid() {
     let h = ok(&GgufSpec::new()
         .tensor(Tensor::new("q", tt::Q2_0, &[64, 2]))
         .bytes());
-    let t = &h.tensors()[0];
+    let t = &h.tensors().get(0).unwrap();
     assert_eq!(t.ty, TensorType::Q2_0);
     assert_eq!(t.nbytes, 2 * 18);
 }
@@ -736,7 +736,7 @@ fn ne0_33_with_q4_0_is_a_block_mismatch() {
     let h = ok(&GgufSpec::new()
         .tensor(Tensor::new("q", tt::Q4_0, &[32, 33]))
         .bytes());
-    assert_eq!(h.tensors()[0].nbytes, 33 * 18);
+    assert_eq!(h.tensors().get(0).unwrap().nbytes, 33 * 18);
 }
 
 #[test]
@@ -867,11 +867,11 @@ fn zero_dim_tensor_is_valid_with_0_bytes() {
         .tensor(Tensor::new("next", tt::F32, &[2]))
         .build();
     let file = Gguf::parse(&built.bytes).unwrap();
-    let (e, n) = (&file.tensors()[0], &file.tensors()[1]);
-    assert_eq!(
-        (e.nbytes, e.n_elements(), &e.shape[..]),
-        (0, 0, &[0u64, 4][..])
+    let (e, n) = (
+        &file.tensors().get(0).unwrap(),
+        &file.tensors().get(1).unwrap(),
     );
+    assert_eq!((e.nbytes, e.n_elements(), e.shape), (0, 0, &[0u64, 4][..]));
     assert_eq!(e.offset, n.offset, "a 0-byte tensor takes no room");
     assert!(file.tensor_bytes(e).is_empty());
     assert_eq!(file.tensor_bytes(n), &common::pattern(1, 8)[..]);
@@ -897,7 +897,7 @@ fn valid_sample_file_round_trips() {
         assert_eq!(t.offset, built.offsets[i]);
         assert_eq!(t.nbytes, built.nbytes[i]);
         assert_eq!(
-            file.tensor_bytes(t),
+            file.tensor_bytes(&t),
             &common::pattern(i, t.nbytes as usize)[..]
         );
     }

@@ -53,10 +53,9 @@ fn all_bytes(w: &Weights) -> Vec<(String, Vec<u8>)> {
 fn file_bytes(path: &Path, w: &Weights) -> Vec<(String, Vec<u8>)> {
     let raw = std::fs::read(path).unwrap();
     w.tensor_infos()
-        .iter()
         .map(|t| {
             (
-                t.name.clone(),
+                t.name.to_owned(),
                 raw[t.file_range().start as usize..t.file_range().end as usize].to_vec(),
             )
         })
@@ -76,7 +75,7 @@ fn every_ggml_type_is_byte_identical_in_both_modes() {
     assert_eq!(all_bytes(&m), all_bytes(&s));
     assert_eq!(all_bytes(&m), file_bytes(&path, &m));
     // The mapped path copies nothing; the stream path copies every tensor byte.
-    let tensor_bytes: u64 = m.tensor_infos().iter().map(|t| t.nbytes).sum();
+    let tensor_bytes: u64 = m.tensor_infos().map(|t| t.nbytes).sum();
     assert_eq!(m.report().bytes_copied, 0);
     assert!(m.report().bytes_mapped >= tensor_bytes);
     assert!(s.report().bytes_copied >= tensor_bytes);
@@ -133,7 +132,6 @@ fn safetensors_at_odd_offsets_load_zero_copy() {
     assert_eq!(m.report().mode_used, LoadMode::Mmap);
     assert!(m
         .tensor_infos()
-        .iter()
         .any(|t| t.file_offset % 32 != 0 && t.nbytes > 0));
 }
 
@@ -151,9 +149,8 @@ fn weak_alignment_copies_only_the_misaligned_tensors() {
     let base = m.mapped().unwrap().file_bytes().as_ptr() as usize;
     let misaligned: Vec<&str> = m
         .tensor_infos()
-        .iter()
         .filter(|t| (base + t.file_offset as usize) % 32 != 0)
-        .map(|t| t.name.as_str())
+        .map(|t| t.name)
         .collect();
     assert!(misaligned.contains(&"b.f16x5"), "{misaligned:?}");
     let copied: Vec<&str> = r.copied.iter().map(|c| c.name.as_str()).collect();
@@ -166,8 +163,7 @@ fn weak_alignment_copies_only_the_misaligned_tensors() {
     assert_eq!(r.tensors_mapped + r.tensors_copied, m.len());
     let copied_bytes: u64 = m
         .tensor_infos()
-        .iter()
-        .filter(|t| misaligned.contains(&t.name.as_str()))
+        .filter(|t| misaligned.contains(&t.name))
         .map(|t| t.nbytes)
         .sum();
     assert_eq!(r.bytes_copied, copied_bytes);
@@ -418,7 +414,7 @@ fn short_file(dir: &Path) -> PathBuf {
     w.tensor("b", TensorType::F32, &[9], pattern(2, 36));
     let mut bytes = w.to_bytes();
     let file = weightmap::gguf::Gguf::parse(&bytes).unwrap();
-    let end = file.tensors()[1].file_range().end as usize;
+    let end = file.tensors().get(1).unwrap().file_range().end as usize;
     bytes.truncate(end - 1);
     let path = dir.join("short.gguf");
     std::fs::write(&path, bytes).unwrap();
@@ -515,7 +511,7 @@ fn metadata_and_lookup_work_in_both_modes() {
             Err(Error::TensorNotFound { .. })
         ));
         let names: Vec<&str> = w.tensors().map(|t| t.name()).collect();
-        let infos: Vec<&str> = w.tensor_infos().iter().map(|t| t.name.as_str()).collect();
+        let infos: Vec<&str> = w.tensor_infos().map(|t| t.name).collect();
         assert_eq!(names, infos);
         assert!(w.safetensors_metadata().is_none());
     }

@@ -139,7 +139,7 @@ fn routing_sends_chosen_layers_to_a_device_and_maps_the_rest() {
         .collect();
     assert_eq!(kinds, [("CPU_Mapped", true, 6), ("SimDevice", false, 4)]);
     for t in w.tensors() {
-        let on_device = layer_of(t.info()).is_some_and(|l| l < 2);
+        let on_device = layer_of(&t.info()).is_some_and(|l| l < 2);
         assert_eq!(!t.buffer().is_host(), on_device, "{}", t.name());
         assert_eq!(t.host_bytes().is_none(), on_device);
         if on_device {
@@ -186,7 +186,7 @@ fn a_device_that_wraps_host_memory_receives_the_mapped_range() {
     assert_eq!(kinds, [("CPU_Mapped", true, 2), ("SimDevice", true, 4)]);
     let base = w.mapped().unwrap().file_bytes().as_ptr() as usize;
     for t in w.tensors() {
-        if layer_of(t.info()).is_some() {
+        if layer_of(&t.info()).is_some() {
             let b = t.buffer();
             assert!(!b.is_host() && !b.owns_memory());
             // Its device address is the tensor's address in the mapping.

@@ -105,7 +105,7 @@ fn fixtures_match_their_manifests() {
             assert_eq!(t.name, tn, "{ctx}: data order");
             assert_eq!(t.ty, dtype(w["dtype"].as_str().unwrap()), "{ctx}");
             let shape = u64s(&w["shape"]);
-            assert_eq!(&t.shape[..], &shape[..], "{ctx}");
+            assert_eq!(t.shape, &shape[..], "{ctx}");
             assert!(t.outer_first, "{ctx}");
             let mut ne = shape.clone();
             ne.reverse();
@@ -142,12 +142,12 @@ fn fixtures_match_their_manifests() {
 #[test]
 fn fixture_details_the_readme_promises() {
     let h = SafetensorsHeader::parse(&load("tiny.safetensors").0).unwrap();
-    let t = |n: &str| &h.tensors()[h.tensor_index(n).unwrap()];
+    let t = |n: &str| h.tensors().get(h.tensor_index(n).unwrap()).unwrap();
     assert_eq!(h.data_offset(), 976);
     assert_eq!((t("scalar").shape.len(), t("scalar").nbytes), (0, 4));
     assert_eq!(t("scalar").n_elements(), 1);
     assert_eq!(
-        (&t("empty2d").shape[..], t("empty2d").nbytes),
+        (t("empty2d").shape, t("empty2d").nbytes),
         (&[2u64, 0][..], 0)
     );
     // two zero-size tensors share the offset of the tensor after them
@@ -156,9 +156,12 @@ fn fixture_details_the_readme_promises() {
     assert_eq!(t("bool").ty, TensorType::Bool);
 
     let h = SafetensorsHeader::parse(&load("bf16.safetensors").0).unwrap();
-    let bf = &h.tensors()[h.tensor_index("bf16.matrix").unwrap()];
+    let bf = h
+        .tensors()
+        .get(h.tensor_index("bf16.matrix").unwrap())
+        .unwrap();
     assert_eq!(
-        (bf.ty, &bf.shape[..], bf.nbytes),
+        (bf.ty, bf.shape, bf.nbytes),
         (TensorType::BF16, &[4u64, 3][..], 24)
     );
 
@@ -458,9 +461,9 @@ fn overlapping_offsets() {
 fn zero_size_tensors_occupy_nothing() {
     let json = r#"{"z0":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"z1":{"dtype":"I64","shape":[3,0],"data_offsets":[4,4]},"z2":{"dtype":"BOOL","shape":[0],"data_offsets":[4,4]}}"#;
     let h = SafetensorsHeader::parse(&file(json, 4)).unwrap();
-    let names: Vec<&str> = h.tensors().iter().map(|t| t.name.as_str()).collect();
+    let names: Vec<&str> = h.tensors().iter().map(|t| t.name).collect();
     assert_eq!(names, ["z0", "a", "z1", "z2"]);
-    assert_eq!(h.tensors()[2].file_offset, h.data_offset() + 4);
+    assert_eq!(h.tensors().get(2).unwrap().file_offset, h.data_offset() + 4);
     // A header with no tensors at all and no data.
     let h = SafetensorsHeader::parse(&file("{}", 0)).unwrap();
     assert!(h.tensors().is_empty() && h.metadata().is_empty());
@@ -494,7 +497,7 @@ fn gaps_and_order_as_the_safetensors_crate_judges_them() {
     // JSON order differing from data order is fine; tensors() is data order.
     let json = r#"{"second":{"dtype":"U8","shape":[2],"data_offsets":[4,6]},"first":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#;
     let h = SafetensorsHeader::parse(&file(json, 6)).unwrap();
-    let names: Vec<&str> = h.tensors().iter().map(|t| t.name.as_str()).collect();
+    let names: Vec<&str> = h.tensors().iter().map(|t| t.name).collect();
     assert_eq!(names, ["first", "second"]);
     assert_eq!(h.tensor_index("second"), Some(1));
 }
@@ -631,7 +634,7 @@ fn every_supported_dtype_maps() {
         let json = format!(r#"{{"w":{{"dtype":"{dtype}","shape":[1,3],"data_offsets":[0,{n}]}}}}"#);
         let h =
             SafetensorsHeader::parse(&file(&json, n)).unwrap_or_else(|e| panic!("{dtype}: {e}"));
-        let t = &h.tensors()[0];
+        let t = &h.tensors().get(0).unwrap();
         assert_eq!(
             (t.ty, t.nbytes, t.ne()),
             (ty, n as u64, vec![3, 1]),
@@ -682,7 +685,7 @@ fn one_pass_keeps_the_precedence_of_errors() {
     let json =
         r#"{"a":{"dtype":"U8","shape":[2],"extra":{"x":[1,{"y":null}]},"data_offsets":[0,2]}}"#;
     let h = SafetensorsHeader::parse(&file(json, 2)).unwrap();
-    assert_eq!(h.tensors()[0].nbytes, 2);
+    assert_eq!(h.tensors().get(0).unwrap().nbytes, 2);
 }
 
 #[test]
@@ -793,9 +796,9 @@ mod differential {
             if let (Ok(h), Ok(st)) = (ours, theirs) {
                 prop_assert_eq!(h.tensors().len(), st.len());
                 for t in h.tensors() {
-                    let v = st.tensor(&t.name).unwrap();
+                    let v = st.tensor(t.name).unwrap();
                     let shape: Vec<u64> = v.shape().iter().map(|&d| d as u64).collect();
-                    prop_assert_eq!(&t.shape[..], &shape[..]);
+                    prop_assert_eq!(t.shape, &shape[..]);
                     let r = t.file_range();
                     prop_assert_eq!(&bytes[r.start as usize..r.end as usize], v.data());
                 }

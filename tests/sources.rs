@@ -62,7 +62,10 @@ fn a_model_in_the_middle_of_a_larger_file_loads_in_both_modes() {
             assert_eq!(bytes_of(&w), want, "offset {offset} {mode:?}");
             assert_eq!(w.report().mode_used, mode);
             // file_offset is relative to the model's start.
-            assert_eq!(w.tensor_infos()[0].file_offset, w.header().data_offset());
+            assert_eq!(
+                w.tensor_infos().next().unwrap().file_offset,
+                w.header().data_offset()
+            );
             if mode == LoadMode::Mmap {
                 assert_eq!(w.report().tensors_copied > 0, copies, "offset {offset}");
                 for t in w.tensors() {
@@ -130,21 +133,22 @@ fn memory_the_caller_owns_loads_zero_copy_where_aligned() {
         );
         assert_eq!(addr % t.buffer().alignment(), 0);
     }
-    // Page-aligned memory (a Vec of a page-aligned type) maps every tensor.
-    let mut aligned: Vec<[u8; 4096]> = vec![[0; 4096]; TINY.len().div_ceil(4096)];
-    let flat: &mut [u8] = bytemuck::cast_slice_mut(&mut aligned);
-    flat[..TINY.len()].copy_from_slice(TINY);
-    struct Page(Vec<[u8; 4096]>, usize);
+    // Page-aligned memory maps every tensor: a page-aligned window of a
+    // larger vector (whose heap block does not move with the vector).
+    let mut v = vec![0u8; TINY.len() + 4096];
+    let start = (v.as_ptr() as usize).next_multiple_of(4096) - v.as_ptr() as usize;
+    v[start..start + TINY.len()].copy_from_slice(TINY);
+    struct Page(Vec<u8>, usize, usize);
     impl AsRef<[u8]> for Page {
         fn as_ref(&self) -> &[u8] {
-            &bytemuck::cast_slice(&self.0)[..self.1]
+            &self.0[self.1..self.1 + self.2]
         }
     }
-    let w = Weights::from_memory(Page(aligned, TINY.len()), &LoadOptions::default()).unwrap();
+    let w = Weights::from_memory(Page(v, start, TINY.len()), &LoadOptions::default()).unwrap();
     assert_eq!(w.report().tensors_copied, 0);
     assert_eq!(bytes_of(&w), want);
     // Advice and release are no-ops on memory; the stream mode copies.
-    w.advise(w.tensor_infos()[0].name.as_str(), AccessAdvice::Random)
+    w.advise(w.tensor_infos().next().unwrap().name, AccessAdvice::Random)
         .unwrap();
     w.release_all().unwrap();
     assert_eq!(bytes_of(&w), want);

@@ -46,7 +46,6 @@ fn bytes_of(w: &Weights) -> Vec<Vec<u8>> {
 fn file_tensors(path: &Path, w: &Weights) -> Vec<Vec<u8>> {
     let raw = std::fs::read(path).unwrap();
     w.tensor_infos()
-        .iter()
         .map(|t| raw[t.file_range().start as usize..t.file_range().end as usize].to_vec())
         .collect()
 }

@@ -5,7 +5,8 @@
 use libfuzzer_sys::fuzz_target;
 use weightmap::gguf::{Gguf, GgufHeader, Metadata, Parse, Value};
 use weightmap::safetensors::SafetensorsHeader;
-use weightmap::{Header, TensorInfo};
+use weightmap::tensor::TensorTable;
+use weightmap::Header;
 
 /// Touch every metadata value: scalars, strings, every array element (by
 /// iteration, by index and as typed values).
@@ -46,7 +47,7 @@ fn walk_metadata(md: &Metadata<'_>) {
     assert_eq!(n, md.len());
 }
 
-fn check_tensors(tensors: &[TensorInfo], file_len: u64) {
+fn check_tensors(tensors: &TensorTable, file_len: u64) {
     for t in tensors {
         let r = t.file_range();
         assert!(
@@ -71,7 +72,7 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(g) = Gguf::parse(data) {
         walk_metadata(&g.metadata());
         for t in g.tensors() {
-            assert_eq!(g.tensor_bytes(t).len() as u64, t.nbytes);
+            assert_eq!(g.tensor_bytes(&t).len() as u64, t.nbytes);
         }
     }
 

@@ -105,7 +105,7 @@ blocks! {
 /// w.tensor("x", TensorType::Q8_0, &[64], vec![0u8; 68]);
 /// let bytes = w.to_bytes();
 /// let file = gguf::Gguf::parse(&bytes)?;
-/// let info = &file.tensors()[0];
+/// let info = &file.tensors().get(0).unwrap();
 /// let blocks: &[BlockQ8_0] = view(info, file.tensor_bytes(info))?;
 /// assert_eq!(blocks.len(), 2);
 /// assert!(view::<f32>(info, file.tensor_bytes(info)).is_err()); // wrong type
@@ -123,7 +123,7 @@ pub fn view<'a, T: Element>(info: &TensorInfo, bytes: &'a [u8]) -> Result<&'a [T
         return Ok(&[]);
     }
     bytemuck::try_cast_slice(bytes).map_err(|e| Error::ViewLayout {
-        tensor: info.name.clone(),
+        tensor: info.name.to_owned(),
         elem: T::NAME,
         nbytes: bytes.len(),
         address: bytes.as_ptr() as usize,
@@ -136,7 +136,7 @@ fn check_type<T: Element>(info: &TensorInfo) -> Result<()> {
         Ok(())
     } else {
         Err(Error::ViewType {
-            tensor: info.name.clone(),
+            tensor: info.name.to_owned(),
             expected: T::NAME,
             found: info.ty,
         })
@@ -154,7 +154,7 @@ pub fn view_mut<'a, T: Element>(info: &TensorInfo, bytes: &'a mut [u8]) -> Resul
     }
     let (nbytes, address) = (bytes.len(), bytes.as_ptr() as usize);
     bytemuck::try_cast_slice_mut(bytes).map_err(|e| Error::ViewLayout {
-        tensor: info.name.clone(),
+        tensor: info.name.to_owned(),
         elem: T::NAME,
         nbytes,
         address,

@@ -81,13 +81,13 @@ pub fn run(a: &Args) -> CliResult {
         None => (0..n_rows).collect(),
         Some(Rows::Range(r)) => {
             if r.end > n_rows {
-                return Err(out_of_range(&info.name, r.end - 1, n_rows));
+                return Err(out_of_range(info.name, r.end - 1, n_rows));
             }
             r.clone().collect()
         }
         Some(Rows::List(l)) => {
             if let Some(&bad) = l.iter().find(|&&r| r >= n_rows) {
-                return Err(out_of_range(&info.name, bad, n_rows));
+                return Err(out_of_range(info.name, bad, n_rows));
             }
             l.clone()
         }

@@ -11,7 +11,7 @@ use std::io::Write;
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 
-use super::{emit, escape, human_bytes, table, CliError, CliResult};
+use super::{escape, human_bytes, table, CliError, CliResult};
 
 /// Arguments of `inspect`.
 #[derive(Debug, clap::Args)]
@@ -38,7 +38,7 @@ pub fn run(a: &Args) -> CliResult {
         if a.json {
             return write_json(&Doc { wh, full: a.full });
         }
-        return emit(&to_text(wh, a));
+        return write_text(|out| to_text(wh, a, out));
     }
     // Several files: each one's header, in shard order.
     if a.json {
@@ -47,20 +47,36 @@ pub fn run(a: &Args) -> CliResult {
             full: a.full,
         });
     }
-    let n = model.files.len();
-    let mut out = format!("{} files, {} tensors\n", n, model.tensor_count());
-    for w in &model.warnings {
-        out.push_str(&format!("warning: {}\n", escape(w)));
-    }
-    for (i, (p, wh)) in model.files.iter().enumerate() {
-        out.push_str(&format!(
-            "\n== shard {}/{n}: {}\n",
-            i + 1,
-            escape(&p.display().to_string())
-        ));
-        out.push_str(&to_text(wh, a));
-    }
-    emit(&out)
+    write_text(|out| {
+        let n = model.files.len();
+        writeln!(out, "{} files, {} tensors", n, model.tensor_count())?;
+        for w in &model.warnings {
+            writeln!(out, "warning: {}", escape(w))?;
+        }
+        for (i, (p, wh)) in model.files.iter().enumerate() {
+            writeln!(
+                out,
+                "\n== shard {}/{n}: {}",
+                i + 1,
+                escape(&p.display().to_string())
+            )?;
+            to_text(wh, a, out)?;
+        }
+        Ok(())
+    })
+}
+
+/// Text written straight to stdout as it is made, so memory stays O(1)
+/// beyond the header whatever the tensor count; a closed pipe stops it.
+fn write_text(f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> CliResult {
+    let stdout = std::io::stdout().lock();
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout);
+    f(&mut out)
+        .and_then(|()| out.flush())
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::BrokenPipe => CliError::BrokenPipe,
+            _ => CliError::msg(format!("writing to stdout: {e}")),
+        })
 }
 
 /// `inspect --json` of a model in several files.
@@ -186,19 +202,19 @@ impl Serialize for ArraySer<'_, '_> {
 }
 
 /// The tensor table, one entry at a time.
-struct TensorsSer<'a>(&'a [weightmap::TensorInfo]);
+struct TensorsSer<'a>(&'a weightmap::tensor::TensorTable);
 
 impl Serialize for TensorsSer<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut q = s.serialize_seq(Some(self.0.len()))?;
         for t in self.0 {
-            q.serialize_element(&TensorSer(t))?;
+            q.serialize_element(&TensorSer(&t))?;
         }
         q.end()
     }
 }
 
-struct TensorSer<'a>(&'a weightmap::TensorInfo);
+struct TensorSer<'a>(&'a weightmap::TensorInfo<'a>);
 
 impl Serialize for TensorSer<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -299,71 +315,131 @@ fn value_text(v: &Value<'_>, full: bool) -> (String, String) {
     }
 }
 
-fn to_text(wh: &WeightsHeader, a: &Args) -> String {
+fn to_text(wh: &WeightsHeader, a: &Args, out: &mut dyn Write) -> std::io::Result<()> {
     let h = wh.header();
-    let mut out = String::new();
     let version = version(h).map_or_else(String::new, |v| format!(" (version {v})"));
-    out.push_str(&table(
-        &[
-            vec![
-                "file:".into(),
-                escape(&a.file.display().to_string()).into_owned(),
+    out.write_all(
+        table(
+            &[
+                vec![
+                    "file:".into(),
+                    escape(&a.file.display().to_string()).into_owned(),
+                ],
+                vec!["format:".into(), format!("{}{version}", h.format().name())],
+                vec!["alignment:".into(), h.file_alignment().to_string()],
+                vec!["data offset:".into(), h.data_offset().to_string()],
+                vec!["file size:".into(), human_bytes(h.file_len())],
             ],
-            vec!["format:".into(), format!("{}{version}", h.format().name())],
-            vec!["alignment:".into(), h.file_alignment().to_string()],
-            vec!["data offset:".into(), h.data_offset().to_string()],
-            vec!["file size:".into(), human_bytes(h.file_len())],
-        ],
-        2,
-        "",
-    ));
-    let mut rows = Vec::new();
+            2,
+            "",
+        )
+        .as_bytes(),
+    )?;
+    // Each table is walked twice, for its widths and then its rows: no
+    // row outlives its line.
     if let Some(md) = wh.gguf_metadata() {
-        for (k, v) in md.iter() {
-            let (ty, val) = value_text(&v, a.full);
-            rows.push(vec![escape(k).into_owned(), ty, val]);
-        }
-    } else if let Some(map) = h.safetensors_metadata() {
-        for (k, v) in map {
-            rows.push(vec![
-                escape(k).into_owned(),
-                "string".into(),
-                quote(v, a.full),
-            ]);
-        }
+        writeln!(out, "\nmetadata ({} keys):", md.iter().count())?;
+        let rows = || {
+            md.iter().map(|(k, v)| {
+                let (ty, val) = value_text(&v, a.full);
+                [escape(k), ty.into(), val.into()]
+            })
+        };
+        write_table(out, rows, 3, "  ")?;
+    } else {
+        let map = h.safetensors_metadata();
+        writeln!(out, "\nmetadata ({} keys):", map.map_or(0, |m| m.len()))?;
+        let rows = || {
+            map.into_iter()
+                .flatten()
+                .map(|(k, v)| [escape(k), "string".into(), quote(v, a.full).into()])
+        };
+        write_table(out, rows, 3, "  ")?;
     }
-    out.push_str(&format!("\nmetadata ({} keys):\n", rows.len()));
-    out.push_str(&table(&rows, 3, "  "));
 
     let order = if h.format() == weightmap::Format::Gguf {
         "ggml order, ne[0] first"
     } else {
         "numpy order, outermost first"
     };
-    let mut rows = vec![vec![
-        "name".to_owned(),
-        "type".into(),
-        format!("shape ({order})"),
-        "offset".into(),
-        "nbytes".into(),
-    ]];
-    let mut total = 0u64;
-    for t in h.tensors() {
-        total = total.saturating_add(t.nbytes);
-        let shape: Vec<String> = t.shape.iter().map(u64::to_string).collect();
-        rows.push(vec![
-            escape(&t.name).into_owned(),
-            t.ty.name().into(),
-            format!("[{}]", shape.join(", ")),
-            t.file_offset.to_string(),
-            t.nbytes.to_string(),
-        ]);
-    }
-    out.push_str(&format!(
-        "\ntensors ({}, {}):\n",
+    let total = h
+        .tensors()
+        .iter()
+        .fold(0u64, |acc, t| acc.saturating_add(t.nbytes));
+    writeln!(
+        out,
+        "\ntensors ({}, {}):",
         h.tensors().len(),
         human_bytes(total)
-    ));
-    out.push_str(&table(&rows, 3, "  "));
-    out
+    )?;
+    let head = format!("shape ({order})");
+    let rows = || {
+        let head = [
+            "name".into(),
+            "type".into(),
+            head.as_str().into(),
+            "offset".into(),
+            "nbytes".into(),
+        ];
+        std::iter::once(head).chain(h.tensors().iter().map(|t| {
+            let mut shape = String::from("[");
+            for (i, d) in t.shape.iter().enumerate() {
+                if i > 0 {
+                    shape.push_str(", ");
+                }
+                shape.push_str(&d.to_string());
+            }
+            shape.push(']');
+            [
+                escape(t.name),
+                t.ty.name().into(),
+                shape.into(),
+                t.file_offset.to_string().into(),
+                t.nbytes.to_string().into(),
+            ]
+        }))
+    };
+    write_table(out, rows, 3, "  ")
+}
+
+/// Write the rows `rows()` yields as [`table`] would lay them out, without
+/// holding them: one pass for the column widths, one for the lines.
+fn write_table<'r, const N: usize, I>(
+    out: &mut dyn Write,
+    rows: impl Fn() -> I,
+    left: usize,
+    indent: &str,
+) -> std::io::Result<()>
+where
+    I: Iterator<Item = [std::borrow::Cow<'r, str>; N]>,
+{
+    let mut width = [0usize; N];
+    for r in rows() {
+        for (w, c) in width.iter_mut().zip(&r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut line = String::new();
+    for r in rows() {
+        line.clear();
+        line.push_str(indent);
+        for (i, c) in r.iter().enumerate() {
+            if i > 0 {
+                line.push_str("  ");
+            }
+            let pad = width[i] - c.chars().count();
+            if i < left {
+                line.push_str(c);
+                if i + 1 < N {
+                    line.extend(std::iter::repeat(' ').take(pad));
+                }
+            } else {
+                line.extend(std::iter::repeat(' ').take(pad));
+                line.push_str(c);
+            }
+        }
+        out.write_all(line.trim_end().as_bytes())?;
+        out.write_all(b"\n")?;
+    }
+    Ok(())
 }

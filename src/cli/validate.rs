@@ -69,7 +69,7 @@ pub fn run(a: &Args) -> CliResult {
             out.push_str(&format!(
                 "note: tensor '{}' at file offset {} is not aligned to {need}: \
                  a mapped load copies it (and any like it) into owned memory\n",
-                escape(&t.name),
+                escape(t.name),
                 t.file_offset
             ));
         }
@@ -137,7 +137,7 @@ fn check_data(a: &Args) -> CliResult<String> {
                 .find(|c| c.0 == i)
                 .map_or(&[][..], |c| &c.1[..]),
         };
-        (t.info().name.as_str(), t.info().ty, bytes)
+        (t.info().name, t.info().ty, bytes)
     });
     let s = quant::check_tensors(refs)?;
     let (tensors, bytes, threads) = (s.tensors, s.bytes, s.threads);

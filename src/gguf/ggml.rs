@@ -246,7 +246,7 @@ pub fn check_ggml(header: &GgufHeader, metadata: &Metadata<'_>) -> Result<GgmlSu
             .position(|&b| b == 0)
             .map_or(bytes, |nul| &bytes[..nul]);
         if let Some(&j) = seen.get(c_name) {
-            let other = &header.tensors()[j].name;
+            let other = header.tensors().at(j).name;
             return Err(refuse(
                 GgmlRule::TensorName,
                 format!(
@@ -301,7 +301,7 @@ pub fn check_ggml(header: &GgufHeader, metadata: &Metadata<'_>) -> Result<GgmlSu
     summary.data_section_len = expected;
 
     // ---- the data section, padding included, within the file ----
-    if let Some(last) = header.tensors().last() {
+    if let Some(last) = header.tensors().iter().next_back() {
         let end = header.data_offset().checked_add(expected);
         let file_len = header.file_len();
         let pad = expected.saturating_sub(last.offset.saturating_add(last.nbytes));

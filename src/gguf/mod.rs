@@ -24,7 +24,7 @@ pub use metadata::{
 pub use parse::GgufHeader;
 
 use crate::error::Result;
-use crate::tensor::TensorInfo;
+use crate::tensor::{TensorInfo, TensorTable};
 
 /// The GGUF magic, the file's first four bytes.
 pub const MAGIC: [u8; 4] = *b"GGUF";
@@ -55,8 +55,8 @@ pub const MAX_DIMS: u32 = 4;
 /// let file = Gguf::parse(&bytes)?;
 /// assert_eq!(file.metadata().get_u32("llama.block_count")?, 2);
 /// assert_eq!(file.metadata().get_str("general.architecture")?, "llama");
-/// let t = &file.tensors()[0];
-/// assert_eq!((t.name.as_str(), &t.shape[..], t.nbytes), ("tok_embd", &[4u64, 2][..], 32));
+/// let t = &file.tensors().get(0).unwrap();
+/// assert_eq!((t.name, t.shape, t.nbytes), ("tok_embd", &[4u64, 2][..], 32));
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
@@ -87,7 +87,7 @@ impl<'a> Gguf<'a> {
     }
 
     /// Tensor descriptors in file order.
-    pub fn tensors(&self) -> &[TensorInfo] {
+    pub fn tensors(&self) -> &TensorTable {
         self.header.tensors()
     }
 

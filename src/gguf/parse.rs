@@ -6,7 +6,7 @@ use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, MAX_NAME_LEN};
 use crate::alloc;
 use crate::error::{Error, Result};
 use crate::format::Parse;
-use crate::tensor::{check_overlap, TensorInfo, TensorTable};
+use crate::tensor::{TableBuilder, TensorTable};
 use crate::types::TensorType;
 
 /// Smallest possible key/value entry: key length (8), a 1-byte key, value type (4), a 1-byte value.
@@ -99,14 +99,14 @@ impl GgufHeader {
         self.file_len
     }
 
-    /// Tensor descriptors in file order.
-    pub fn tensors(&self) -> &[TensorInfo] {
-        self.tensors.tensors()
+    /// Tensor descriptors in file order, indexed by name.
+    pub fn tensors(&self) -> &TensorTable {
+        &self.tensors
     }
 
     /// Index (in file order) of the tensor called `name`.
     pub fn tensor_index(&self, name: &str) -> Option<usize> {
-        self.tensors.index(name)
+        self.tensors.index_of(name)
     }
 
     /// Number of metadata entries.
@@ -274,13 +274,11 @@ fn parse_inner(cur: &mut Cursor<'_>) -> PResult<GgufHeader> {
     }
 
     // ---- tensor descriptors ----
-    let mut tensors: Vec<TensorInfo> = alloc::with_capacity(
-        (n_tensors as usize).min(INITIAL_TABLE_CAP),
-        "the tensor table",
-    )?;
+    // Room for as many entries as the bytes at hand can hold, at most.
+    let at_hand = (cur.b.len() - cur.pos) as u64 / MIN_TENSOR_BYTES;
+    let mut table = TableBuilder::new(false, n_tensors.min(at_hand) as usize)?;
     for i in 0..n_tensors {
-        let t = parse_tensor(cur, i, alignment)?;
-        alloc::push(&mut tensors, t, "the tensor table")?;
+        parse_tensor(cur, i, alignment, &mut table)?;
     }
     let header_len = cur.pos as u64;
     let data_offset = align_up(header_len, alignment).ok_or(Error::TensorSizeOverflow {
@@ -289,27 +287,9 @@ fn parse_inner(cur: &mut Cursor<'_>) -> PResult<GgufHeader> {
     })?;
 
     // Place in the file and check bounds (llama.cpp's rule: the tensor's end,
-    // not its padding, must lie within the file).
-    for t in &mut tensors {
-        let start = data_offset
-            .checked_add(t.offset)
-            .ok_or_else(|| Error::size_overflow(&t.name, "offset + size"))?;
-        let end = start
-            .checked_add(t.nbytes)
-            .ok_or_else(|| Error::size_overflow(&t.name, "offset + size"))?;
-        if end > cur.file_len {
-            return Err(Error::TensorOutOfBounds {
-                tensor: t.name.clone(),
-                start,
-                end,
-                file_len: cur.file_len,
-            }
-            .into());
-        }
-        t.file_offset = start;
-    }
-    let tensors = TensorTable::new(tensors)?;
-    check_overlap(tensors.tensors())?;
+    // not its padding, must lie within the file); then index the names.
+    let tensors = table.finish(data_offset, cur.file_len)?;
+    tensors.check_overlap()?;
 
     Ok(GgufHeader {
         version,
@@ -437,7 +417,12 @@ fn parse_kv(cur: &mut Cursor<'_>, i: u64) -> PResult<KvEntry> {
     })
 }
 
-fn parse_tensor(cur: &mut Cursor<'_>, i: u64, alignment: u64) -> PResult<TensorInfo> {
+fn parse_tensor(
+    cur: &mut Cursor<'_>,
+    i: u64,
+    alignment: u64,
+    table: &mut TableBuilder,
+) -> PResult<()> {
     let name_at = cur.pos as u64;
     let len = cur.u64(|| format!("name length of tensor {i}"))?;
     if len > MAX_NAME_LEN {
@@ -448,16 +433,15 @@ fn parse_tensor(cur: &mut Cursor<'_>, i: u64, alignment: u64) -> PResult<TensorI
         .into());
     }
     let name_bytes = cur.take(len, || format!("name of tensor {i}"))?;
-    let name = std::str::from_utf8(name_bytes)
-        .map_err(|_| Error::InvalidUtf8 {
-            what: format!("name of tensor {i}"),
-            offset: name_at + 8,
-        })?
-        .to_owned();
+    let name = std::str::from_utf8(name_bytes).map_err(|_| Error::InvalidUtf8 {
+        what: format!("name of tensor {i}"),
+        offset: name_at + 8,
+    })?;
+
     let n_dims = cur.u32(|| format!("n_dims of tensor '{name}'"))?;
     if n_dims > MAX_DIMS {
         return Err(Error::TooManyDims {
-            tensor: name,
+            tensor: name.to_owned(),
             n_dims,
         }
         .into());
@@ -467,7 +451,7 @@ fn parse_tensor(cur: &mut Cursor<'_>, i: u64, alignment: u64) -> PResult<TensorI
         let v = cur.u64(|| format!("dimension {d} of tensor '{name}'"))?;
         if (v as i64) < 0 {
             return Err(Error::NegativeDim {
-                tensor: name,
+                tensor: name.to_owned(),
                 index: d,
                 value: v as i64,
             }
@@ -478,7 +462,7 @@ fn parse_tensor(cur: &mut Cursor<'_>, i: u64, alignment: u64) -> PResult<TensorI
     let type_id = cur.u32(|| format!("type of tensor '{name}'"))?;
     let offset = cur.u64(|| format!("offset of tensor '{name}'"))?;
     let ty = TensorType::from_ggml_id(type_id).ok_or_else(|| Error::UnknownTensorType {
-        tensor: name.clone(),
+        tensor: name.to_owned(),
         type_id,
     })?;
     let dims = &shape[..n_dims as usize];
@@ -487,11 +471,11 @@ fn parse_tensor(cur: &mut Cursor<'_>, i: u64, alignment: u64) -> PResult<TensorI
         .iter()
         .try_fold(1u64, |acc, &d| acc.checked_mul(d))
         .filter(|&n| n < i64::MAX as u64)
-        .ok_or_else(|| Error::size_overflow(&name, "element count"))?;
+        .ok_or_else(|| Error::size_overflow(name, "element count"))?;
     let ne0 = dims.first().copied().unwrap_or(1);
     if ne0 % ty.block_size() != 0 {
         return Err(Error::BlockMismatch {
-            tensor: name,
+            tensor: name.to_owned(),
             ty,
             ne0,
             block_size: ty.block_size(),
@@ -501,11 +485,11 @@ fn parse_tensor(cur: &mut Cursor<'_>, i: u64, alignment: u64) -> PResult<TensorI
     let nbytes = ty
         .bytes_for(n_elements)
         .filter(|&n| n <= isize::MAX as u64)
-        .ok_or_else(|| Error::size_overflow(&name, "byte size"))?;
-    align_up(nbytes, alignment).ok_or_else(|| Error::size_overflow(&name, "padded size"))?;
+        .ok_or_else(|| Error::size_overflow(name, "byte size"))?;
+    align_up(nbytes, alignment).ok_or_else(|| Error::size_overflow(name, "padded size"))?;
     if offset % alignment != 0 {
         return Err(Error::MisalignedOffset {
-            tensor: name,
+            tensor: name.to_owned(),
             offset,
             alignment,
         }
@@ -513,14 +497,8 @@ fn parse_tensor(cur: &mut Cursor<'_>, i: u64, alignment: u64) -> PResult<TensorI
     }
     offset
         .checked_add(nbytes)
-        .ok_or_else(|| Error::size_overflow(&name, "offset + size"))?;
-    Ok(TensorInfo {
-        name,
-        ty,
-        shape: dims.into(),
-        outer_first: false,
-        offset,
-        file_offset: 0,
-        nbytes,
-    })
+        .ok_or_else(|| Error::size_overflow(name, "offset + size"))?;
+    // Indexed by name (and a repeat found) once all are read.
+    table.push_unindexed(name, ty, dims, offset, nbytes)?;
+    Ok(())
 }

@@ -82,7 +82,7 @@ impl Tensor {
     }
 
     /// The descriptor.
-    pub fn info(&self) -> &TensorInfo {
+    pub fn info(&self) -> TensorInfo<'_> {
         self.get().info()
     }
     /// The name.

@@ -155,24 +155,24 @@ unsafe fn map_source(
     let mut copies: Vec<Group> = Vec::new();
     let mut copied = Vec::new();
     for (i, t) in infos.iter().enumerate() {
-        let target = opts.target(t);
+        let target = opts.target(&t);
         if !target.supports_host_ptr() {
             copied.push(CopiedTensor {
-                name: t.name.clone(),
+                name: t.name.to_owned(),
                 reason: CopyReason::Routed {
                     buffer_type: target.name().to_owned(),
                 },
             });
-            add(&mut copies, target, i);
+            add(&mut copies, &target, i)?;
             continue;
         }
-        let alignment = header.required_alignment(t, target.alignment());
+        let alignment = header.required_alignment(&t, target.alignment());
         let address = base.wrapping_add(t.file_offset as usize);
         if address % alignment == 0 {
-            add(&mut mapped, target, i);
+            add(&mut mapped, &target, i)?;
         } else if opts.require_all_mapped {
             return Err(FallbackReason::Misaligned {
-                tensor: t.name.clone(),
+                tensor: t.name.to_owned(),
                 address,
                 file_offset: t.file_offset,
                 alignment,
@@ -180,10 +180,10 @@ unsafe fn map_source(
             .into());
         } else {
             copied.push(CopiedTensor {
-                name: t.name.clone(),
+                name: t.name.to_owned(),
                 reason: CopyReason::Misaligned { address, alignment },
             });
-            add(&mut copies, target, i);
+            add(&mut copies, &target, i)?;
         }
     }
 
@@ -215,7 +215,7 @@ unsafe fn map_source(
     // 8. One buffer per buffer type over the span of its mapped tensors;
     //    each tensor placed at its own (checked) alignment, and the buffer's
     //    alignment the least of them, so `Buffer::alignment` is true of all.
-    let mut placed = Placed::new(infos.len());
+    let mut placed = Placed::new(infos.len())?;
     if mapped.is_empty() && copies.is_empty() {
         // No tensors: an empty view at the region's start.
         let region = HostRegion::new(Arc::clone(&map), start, 0)?;
@@ -227,37 +227,36 @@ unsafe fn map_source(
         let span_start = g
             .tensors
             .iter()
-            .map(|&i| infos[i].file_offset)
+            .map(|&i| infos.file_range(i).start)
             .min()
             .unwrap_or(0) as usize;
         let span_end = g
             .tensors
             .iter()
-            .map(|&i| infos[i].file_range().end)
+            .map(|&i| infos.file_range(i).end)
             .max()
             .unwrap_or(0) as usize;
         let cap = g.bt.alignment();
-        let aligns: Vec<usize> = g
-            .tensors
-            .iter()
-            .map(|&i| address_alignment(base.wrapping_add(infos[i].file_offset as usize), cap))
-            .collect();
-        let least = aligns.iter().copied().min().unwrap_or(cap);
+        let align_of = |i: usize| {
+            address_alignment(base.wrapping_add(infos.file_range(i).start as usize), cap)
+        };
+        let least = g.tensors.iter().map(|&i| align_of(i)).min().unwrap_or(cap);
         let region = HostRegion::new(Arc::clone(&map), span_start, span_end - span_start)?;
         let buffer = g.bt.buffer_from_host_ptr(region, least)?;
-        let mut placements = Vec::with_capacity(g.tensors.len());
-        for (&i, &a) in g.tensors.iter().zip(&aligns) {
-            let t = &infos[i];
-            placements.push(place(
-                buffer.as_ref(),
-                &t.name,
+        placed.push_with(buffer, &g.tensors, PlacementKind::Mapped, |i, buffer| {
+            let t = infos.at(i);
+            push_range(
+                &mut ranges,
+                (t.file_offset as usize, t.file_range().end as usize),
+            )?;
+            place(
+                buffer,
+                t.name,
                 t.file_offset as usize - span_start,
                 t.nbytes as usize,
-                a,
-            )?);
-            ranges.push((t.file_offset as usize, t.file_range().end as usize));
-        }
-        placed.push(buffer, &g.tensors, placements, PlacementKind::Mapped);
+                align_of(i),
+            )
+        })?;
     }
     // 9. Copies: read from the file straight into one owned buffer per
     //    type, in parallel (buffered: the file is mapped anyway).
@@ -342,10 +341,26 @@ unsafe fn map_source(
     })
 }
 
+/// Add `r` to `ranges`, joined to the last one when it follows it within
+/// [`merge`]'s gap (tensors come in file order, so a million of them make a
+/// handful of ranges, not a million).
+fn push_range(ranges: &mut Vec<(usize, usize)>, r: (usize, usize)) -> crate::Result<()> {
+    if let Some(last) = ranges.last_mut() {
+        if r.0 >= last.0 && r.0 <= last.1.saturating_add(MERGE_GAP) {
+            last.1 = last.1.max(r.1);
+            return Ok(());
+        }
+    }
+    crate::alloc::push(ranges, r, "the prefetch ranges")
+}
+
+/// Ranges closer than this are read as one.
+const MERGE_GAP: usize = 1 << 20;
+
 /// Sort and merge file ranges; ranges less than 1 MiB apart become one, as
 /// reading a small gap costs less than a second pass.
 fn merge(mut ranges: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
-    const GAP: usize = 1 << 20;
+    const GAP: usize = MERGE_GAP;
     ranges.retain(|r| r.1 > r.0);
     ranges.sort_unstable();
     let mut out: Vec<(usize, usize)> = Vec::with_capacity(ranges.len().min(64));

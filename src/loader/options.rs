@@ -234,10 +234,12 @@ impl LoadOptions {
     }
 
     /// The buffer type tensor `t` goes to.
-    pub(crate) fn target(&self, t: &TensorInfo) -> Arc<dyn BufferType> {
-        self.route
-            .as_ref()
-            .and_then(|r| r(t))
-            .unwrap_or_else(|| Arc::clone(&self.buffer_type))
+    pub(crate) fn target(&self, t: &TensorInfo) -> std::borrow::Cow<'_, Arc<dyn BufferType>> {
+        use std::borrow::Cow;
+        // No `Arc` clone per tensor on the common, unrouted path.
+        match self.route.as_ref().and_then(|r| r(t)) {
+            Some(bt) => Cow::Owned(bt),
+            None => Cow::Borrowed(&self.buffer_type),
+        }
     }
 }

@@ -6,18 +6,45 @@ use std::sync::Arc;
 
 use crate::buffer::{place, Buffer, BufferType, BufferUsage, Placement};
 use crate::error::{Error, Result};
-use crate::tensor::TensorInfo;
+use crate::tensor::TensorTable;
 
 use super::read::{read_buffered, read_direct, DirectOutcome, Progress, ReadSrc, DIRECT_ALIGN};
 use super::report::{BufferReport, PlacementKind};
 
 /// Where one tensor ended up: a buffer (index into the load's buffers) and
-/// its place there.
+/// its place there, in 16 bytes (a million-tensor load keeps a million).
+/// Its length is the tensor's size, so it is not stored.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Slot {
-    pub buffer: usize,
-    pub placement: Placement,
+    offset: usize,
+    buffer: u32,
+    /// log2 of the alignment the address was checked against.
+    align_log2: u8,
     pub kind: PlacementKind,
+}
+
+impl Slot {
+    /// Not yet placed.
+    const EMPTY: Slot = Slot {
+        offset: 0,
+        buffer: u32::MAX,
+        align_log2: 0,
+        kind: PlacementKind::Copied,
+    };
+
+    /// The index of its buffer.
+    pub fn buffer(&self) -> usize {
+        self.buffer as usize
+    }
+
+    /// Its placement, for a tensor of `len` bytes.
+    pub fn placement(&self, len: u64) -> Placement {
+        Placement {
+            offset: self.offset,
+            len: len as usize,
+            alignment: 1 << self.align_log2,
+        }
+    }
 }
 
 /// Tensors bound for one buffer type, in file order. Types are told apart by
@@ -28,17 +55,25 @@ pub(crate) struct Group {
 }
 
 /// Add tensor `i` to the group for `bt`, creating it if new.
-pub(crate) fn add(groups: &mut Vec<Group>, bt: Arc<dyn BufferType>, i: usize) {
-    let key = Arc::as_ptr(&bt) as *const () as usize;
-    match groups
-        .iter_mut()
-        .find(|g| Arc::as_ptr(&g.bt) as *const () as usize == key)
-    {
-        Some(g) => g.tensors.push(i),
-        None => groups.push(Group {
-            bt,
-            tensors: vec![i],
-        }),
+pub(crate) fn add(groups: &mut Vec<Group>, bt: &Arc<dyn BufferType>, i: usize) -> Result<()> {
+    let key = Arc::as_ptr(bt) as *const () as usize;
+    // Tensors mostly follow the one before into the same group: try the last first.
+    let found = match groups.last() {
+        Some(g) if Arc::as_ptr(&g.bt) as *const () as usize == key => Some(groups.len() - 1),
+        _ => groups
+            .iter()
+            .position(|g| Arc::as_ptr(&g.bt) as *const () as usize == key),
+    };
+    match found {
+        Some(k) => crate::alloc::push(&mut groups[k].tensors, i, "the tensor groups"),
+        None => crate::alloc::push(
+            groups,
+            Group {
+                bt: Arc::clone(bt),
+                tensors: vec![i],
+            },
+            "the tensor groups",
+        ),
     }
 }
 
@@ -46,16 +81,19 @@ pub(crate) fn add(groups: &mut Vec<Group>, bt: Arc<dyn BufferType>, i: usize) {
 pub(crate) struct Placed {
     pub buffers: Vec<Box<dyn Buffer>>,
     pub reports: Vec<BufferReport>,
-    pub slots: Vec<Option<Slot>>,
+    pub slots: Vec<Slot>,
 }
 
 impl Placed {
-    pub fn new(n: usize) -> Placed {
-        Placed {
+    /// Room for `n` tensors' slots.
+    pub fn new(n: usize) -> Result<Placed> {
+        let mut slots = crate::alloc::with_capacity(n, "the tensor placements")?;
+        slots.resize(n, Slot::EMPTY);
+        Ok(Placed {
             buffers: Vec::new(),
             reports: Vec::new(),
-            slots: vec![None; n],
-        }
+            slots,
+        })
     }
 
     /// Take `buffer`, holding `placements` of tensors `idx`.
@@ -66,7 +104,7 @@ impl Placed {
         placements: Vec<Placement>,
         kind: PlacementKind,
     ) {
-        let b = self.buffers.len();
+        let b = u32::try_from(self.buffers.len()).expect("fewer than 2^32 buffers");
         self.reports.push(BufferReport {
             buffer_type: buffer.type_name().to_owned(),
             mapped: kind == PlacementKind::Mapped,
@@ -75,26 +113,60 @@ impl Placed {
             size: buffer.size(),
         });
         for (&i, placement) in idx.iter().zip(placements) {
-            self.slots[i] = Some(Slot {
+            debug_assert!(placement.alignment.is_power_of_two());
+            self.slots[i] = Slot {
+                offset: placement.offset,
                 buffer: b,
-                placement,
+                align_log2: placement.alignment.trailing_zeros() as u8,
                 kind,
-            });
+            };
         }
         self.buffers.push(buffer);
     }
 
-    /// Every tensor's slot; `None` if one was never placed (a bug).
+    /// Take `buffer` and place tensors `idx` in it, `place` giving each
+    /// tensor's placement (without a vector of them in between).
+    pub fn push_with(
+        &mut self,
+        buffer: Box<dyn Buffer>,
+        idx: &[usize],
+        kind: PlacementKind,
+        mut place: impl FnMut(usize, &dyn Buffer) -> Result<Placement>,
+    ) -> Result<()> {
+        let b = u32::try_from(self.buffers.len()).expect("fewer than 2^32 buffers");
+        let mut bytes = 0u64;
+        for &i in idx {
+            let p = place(i, buffer.as_ref())?;
+            bytes += p.len as u64;
+            self.slots[i] = Slot {
+                offset: p.offset,
+                buffer: b,
+                align_log2: p.alignment.trailing_zeros() as u8,
+                kind,
+            };
+        }
+        self.reports.push(BufferReport {
+            buffer_type: buffer.type_name().to_owned(),
+            mapped: kind == PlacementKind::Mapped,
+            tensors: idx.len(),
+            bytes,
+            size: buffer.size(),
+        });
+        self.buffers.push(buffer);
+        Ok(())
+    }
+
+    /// Every tensor's slot; each was placed (both paths place every tensor).
     pub fn finish(self) -> (Vec<Box<dyn Buffer>>, Vec<BufferReport>, Vec<Slot>) {
-        let slots = self.slots.into_iter().flatten().collect();
-        (self.buffers, self.reports, slots)
+        debug_assert!(self.slots.iter().all(|s| s.buffer != u32::MAX));
+        (self.buffers, self.reports, self.slots)
     }
 }
 
 /// Lay out tensors `idx` one after another at `bt`'s alignment, each taking
 /// `bt.alloc_size` bytes (which must cover the tensor); returns each offset
 /// and the total size.
-fn layout(bt: &dyn BufferType, infos: &[TensorInfo], idx: &[usize]) -> Result<(Vec<usize>, usize)> {
+fn layout(bt: &dyn BufferType, infos: &TensorTable, idx: &[usize]) -> Result<(Vec<usize>, usize)> {
     let align = bt.alignment();
     let too_large = || Error::BufferTooLarge {
         buffer_type: bt.name().to_owned(),
@@ -104,12 +176,12 @@ fn layout(bt: &dyn BufferType, infos: &[TensorInfo], idx: &[usize]) -> Result<(V
     let mut offsets = Vec::with_capacity(idx.len());
     let mut total = 0usize;
     for &i in idx {
-        let t = &infos[i];
-        let size = bt.alloc_size(t);
+        let t = infos.at(i);
+        let size = bt.alloc_size(&t);
         if (size as u64) < t.nbytes {
             return Err(Error::AllocSizeTooSmall {
                 buffer_type: bt.name().to_owned(),
-                tensor: t.name.clone(),
+                tensor: t.name.to_owned(),
                 alloc_size: size,
                 nbytes: t.nbytes,
             });
@@ -163,13 +235,13 @@ pub(crate) struct ReadCtx<'a> {
 /// and why direct reads were not possible, if they were asked for and are not.
 pub(crate) fn plan(
     bt: &dyn BufferType,
-    infos: &[TensorInfo],
+    infos: &TensorTable,
     idx: &[usize],
     direct: bool,
 ) -> Result<(Layout, u64, Option<String>)> {
     let packed = |why: Option<String>| -> Result<(Layout, u64, Option<String>)> {
         let (offsets, total) = layout(bt, infos, idx)?;
-        let bytes = idx.iter().map(|&i| infos[i].nbytes).sum();
+        let bytes = idx.iter().map(|&i| infos.at(i).nbytes).sum();
         Ok((Layout::Packed { offsets, total }, bytes, why))
     };
     if !direct || idx.is_empty() {
@@ -181,7 +253,7 @@ pub(crate) fn plan(
             bt.name()
         )));
     }
-    let tensors: u64 = idx.iter().map(|&i| infos[i].nbytes).sum();
+    let tensors: u64 = idx.iter().map(|&i| infos.at(i).nbytes).sum();
     if tensors < DIRECT_MIN {
         // Small buffers come from the heap, not page-aligned; and a few
         // hundred KiB are read as fast either way.
@@ -194,14 +266,14 @@ pub(crate) fn plan(
         return packed(Some(format!("alignment {align} is over a page")));
     }
     for &i in idx {
-        let t = &infos[i];
+        let t = infos.at(i);
         if t.file_offset % align as u64 != 0 {
             return packed(Some(format!(
                 "tensor '{}' at file offset {} is not aligned to {align}",
                 t.name, t.file_offset
             )));
         }
-        if bt.alloc_size(t) as u64 != t.nbytes {
+        if bt.alloc_size(&t) as u64 != t.nbytes {
             return packed(Some(format!(
                 "buffer type '{}' pads tensor '{}'",
                 bt.name(),
@@ -209,10 +281,14 @@ pub(crate) fn plan(
             )));
         }
     }
-    let start = idx.iter().map(|&i| infos[i].file_offset).min().unwrap_or(0);
+    let start = idx
+        .iter()
+        .map(|&i| infos.file_range(i).start)
+        .min()
+        .unwrap_or(0);
     let end = idx
         .iter()
-        .map(|&i| infos[i].file_range().end)
+        .map(|&i| infos.file_range(i).end)
         .max()
         .unwrap_or(0);
     let base = start / DIRECT_ALIGN as u64 * DIRECT_ALIGN as u64;
@@ -252,7 +328,7 @@ pub(crate) struct Filled {
 pub(crate) fn copy_group(
     ctx: &ReadCtx<'_>,
     bt: &dyn BufferType,
-    infos: &[TensorInfo],
+    infos: &TensorTable,
     idx: &[usize],
     layout: Layout,
 ) -> Result<Filled> {
@@ -260,7 +336,7 @@ pub(crate) fn copy_group(
         Layout::Packed { offsets, total } => (offsets, total, None),
         Layout::Mirror { base, size } => (
             idx.iter()
-                .map(|&i| (infos[i].file_offset - base) as usize)
+                .map(|&i| (infos.file_range(i).start - base) as usize)
                 .collect(),
             size,
             Some(base),
@@ -280,10 +356,10 @@ pub(crate) fn copy_group(
     // Each placement is checked against the buffer actually allocated.
     let mut placements = Vec::with_capacity(idx.len());
     for (&i, &offset) in idx.iter().zip(&offsets) {
-        let t = &infos[i];
+        let t = infos.at(i);
         placements.push(place(
             buffer.as_ref(),
-            &t.name,
+            t.name,
             offset,
             t.nbytes as usize,
             bt.alignment(),
@@ -320,14 +396,14 @@ pub(crate) fn copy_group(
             .collect();
         order.sort_unstable_by_key(|o| o.1);
         for (i, offset) in order {
-            let len = infos[i].nbytes as usize;
+            let len = infos.at(i).nbytes as usize;
             if len == 0 {
                 // Nothing to read; its offset may lie inside a neighbour.
                 continue;
             }
             let (_, tail) = std::mem::take(&mut rest).split_at_mut(offset - at);
             let (d, tail) = tail.split_at_mut(len);
-            pieces.push((d, infos[i].file_offset));
+            pieces.push((d, infos.file_range(i).start));
             rest = tail;
             at = offset + len;
         }
@@ -346,7 +422,7 @@ pub(crate) fn copy_group(
             while done < p.len {
                 let n = staging.len().min(p.len - done);
                 ctx.src
-                    .read_at(&mut staging[..n], infos[i].file_offset + done as u64)
+                    .read_at(&mut staging[..n], infos.file_range(i).start + done as u64)
                     .map_err(|e| Error::io("read", ctx.path, e))?;
                 buffer.set(p.offset + done, &staging[..n])?;
                 done += n;

@@ -194,9 +194,9 @@ pub(crate) fn check(files: &Files) -> Result<(Vec<ShardHeader>, Vec<String>)> {
     let mut seen: HashMap<&str, &Path> = HashMap::new();
     for s in &shards {
         for t in s.header.header().tensors() {
-            if let Some(first) = seen.insert(&t.name, &s.path) {
+            if let Some(first) = seen.insert(t.name, &s.path) {
                 return Err(Error::DuplicateShardTensor {
-                    tensor: t.name.clone(),
+                    tensor: t.name.to_owned(),
                     first: first.to_owned(),
                     second: s.path.clone(),
                 });
@@ -307,11 +307,11 @@ fn check_index(index: &Path, shards: &[ShardHeader], warnings: &mut Vec<String>)
     for s in shards {
         for t in s.header.header().tensors() {
             total += t.nbytes;
-            let listed = ix.weight_map.get(&t.name);
+            let listed = ix.weight_map.get(t.name);
             let here = s.path.file_name().and_then(|n| n.to_str());
             if listed.map(String::as_str) != here {
                 return Err(Error::UnlistedShardTensor {
-                    tensor: t.name.clone(),
+                    tensor: t.name.to_owned(),
                     path: s.path.clone(),
                 });
             }

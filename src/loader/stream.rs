@@ -84,7 +84,7 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
     let infos = header.tensors();
     let mut groups: Vec<Group> = Vec::new();
     for (i, t) in infos.iter().enumerate() {
-        add(&mut groups, opts.target(t), i);
+        add(&mut groups, &opts.target(&t), i)?;
     }
     if groups.is_empty() {
         // No tensors: one empty buffer of the default type.
@@ -123,7 +123,7 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
         threads,
         progress: &progress,
     };
-    let mut placed = Placed::new(infos.len());
+    let mut placed = Placed::new(infos.len())?;
     let mut used_direct = false;
     for (g, layout) in groups.iter().zip(plans) {
         let f = copy_group(&ctx, g.bt.as_ref(), infos, &g.tensors, layout)?;

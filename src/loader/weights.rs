@@ -10,7 +10,7 @@ use crate::format::{read_header, Format, Header};
 use crate::gguf::Metadata;
 use crate::mmap::{AccessAdvice, Mapping, Residency};
 use crate::prefetch::{PrefetchDecision, PrefetchProgress, Prefetcher};
-use crate::tensor::TensorInfo;
+use crate::tensor::{TensorInfo, TensorTable};
 use crate::types::TensorType;
 
 use super::mapped::{map_any, MapFail};
@@ -65,15 +65,15 @@ impl Loaded {
     ) -> LoadReport {
         let infos = self.header.tensors();
         let (mut tm, mut tc, mut bm, mut bc) = (0, 0, 0u64, 0u64);
-        for s in &self.slots {
+        for (s, t) in self.slots.iter().zip(infos) {
             match s.kind {
                 PlacementKind::Mapped => {
                     tm += 1;
-                    bm += s.placement.len as u64;
+                    bm += t.nbytes;
                 }
                 PlacementKind::Copied => {
                     tc += 1;
-                    bc += s.placement.len as u64;
+                    bc += t.nbytes;
                 }
             }
         }
@@ -102,7 +102,7 @@ impl Loaded {
             random_access_tensors: self
                 .random_access
                 .iter()
-                .map(|&i| infos[i].name.clone())
+                .map(|&i| infos.at(i).name.to_owned())
                 .collect(),
         }
     }
@@ -163,7 +163,12 @@ impl MappedWeights {
     /// Where each tensor (in file order) sits in its buffer, and whether it
     /// is mapped or copied.
     pub fn placements(&self) -> impl ExactSizeIterator<Item = (Placement, PlacementKind)> + '_ {
-        self.inner.slots.iter().map(|s| (s.placement, s.kind))
+        let infos = self.inner.header.tensors();
+        self.inner
+            .slots
+            .iter()
+            .zip(infos)
+            .map(|(s, t)| (s.placement(t.nbytes), s.kind))
     }
 }
 
@@ -186,7 +191,6 @@ impl Storage {
 /// and a name index over all of them.
 #[derive(Debug)]
 struct Combined {
-    infos: Vec<TensorInfo>,
     /// (part, index in that part), per tensor.
     locs: Vec<(usize, usize)>,
     by_name: std::collections::HashMap<String, usize>,
@@ -368,24 +372,18 @@ impl Weights {
             parts.push(part);
             fallbacks.push(fallback);
         }
-        let mut infos = Vec::new();
         let mut locs = Vec::new();
         let mut by_name = std::collections::HashMap::new();
         for (pi, part) in parts.iter().enumerate() {
             for (ti, t) in part.loaded().header.tensors().iter().enumerate() {
-                by_name.insert(t.name.clone(), infos.len());
-                infos.push(t.clone());
+                by_name.insert(t.name.to_owned(), locs.len());
                 locs.push((pi, ti));
             }
         }
         let report = combine_reports(&parts, &fallbacks, options.mode, warnings, t0);
         Ok(Weights {
             parts,
-            combined: Some(Combined {
-                infos,
-                locs,
-                by_name,
-            }),
+            combined: Some(Combined { locs, by_name }),
             report,
         })
     }
@@ -578,21 +576,30 @@ impl Weights {
 
     /// Tensor descriptors in file order (shard by shard, for several files;
     /// each `file_offset` is within its own file).
-    pub fn tensor_infos(&self) -> &[TensorInfo] {
-        match &self.combined {
-            Some(c) => &c.infos,
-            None => self.header().tensors(),
-        }
+    pub fn tensor_infos(&self) -> impl ExactSizeIterator<Item = TensorInfo<'_>> + '_ {
+        (0..self.len()).map(move |i| {
+            self.info_at(i)
+                .expect("every index below len() is a tensor")
+        })
     }
 
     /// Number of tensors.
     pub fn len(&self) -> usize {
-        self.tensor_infos().len()
+        match &self.combined {
+            Some(c) => c.locs.len(),
+            None => self.header().tensors().len(),
+        }
     }
 
     /// Whether there are no tensors.
     pub fn is_empty(&self) -> bool {
-        self.tensor_infos().is_empty()
+        self.len() == 0
+    }
+
+    /// The descriptor of tensor `i`.
+    fn info_at(&self, i: usize) -> Option<TensorInfo<'_>> {
+        let (p, j) = self.loc(i)?;
+        self.parts[p].loaded().header.tensors().get(j)
     }
 
     /// The part and the index in it of tensor `i`.
@@ -608,10 +615,11 @@ impl Weights {
         let (p, j) = self.loc(i)?;
         let l = self.parts[p].loaded();
         let slot = l.slots.get(j)?;
+        let info = l.header.tensors().get(j)?;
         Some(TensorRef {
-            info: l.header.tensors().get(j)?,
-            buffer: l.buffers[slot.buffer].as_ref(),
-            placement: slot.placement,
+            info,
+            buffer: l.buffers[slot.buffer()].as_ref(),
+            placement: slot.placement(info.nbytes),
             kind: slot.kind,
         })
     }
@@ -675,7 +683,7 @@ impl Weights {
         let l = self.parts[p].loaded();
         Ok(match (&l.map, l.slots[j].kind) {
             (Some(m), PlacementKind::Mapped) => {
-                Some((m.as_ref(), l.header.tensors()[j].file_range()))
+                Some((m.as_ref(), l.header.tensors().at(j).file_range()))
             }
             _ => None,
         })
@@ -859,7 +867,7 @@ fn clamp(v: u64) -> usize {
 /// mode. To change a weight, take [`TensorRef::to_owned_tensor`].
 #[derive(Clone, Copy, Debug)]
 pub struct TensorRef<'w> {
-    info: &'w TensorInfo,
+    info: TensorInfo<'w>,
     buffer: &'w dyn Buffer,
     placement: Placement,
     kind: PlacementKind,
@@ -867,13 +875,13 @@ pub struct TensorRef<'w> {
 
 impl<'w> TensorRef<'w> {
     /// The descriptor.
-    pub fn info(&self) -> &'w TensorInfo {
+    pub fn info(&self) -> TensorInfo<'w> {
         self.info
     }
 
     /// The name.
     pub fn name(&self) -> &'w str {
-        &self.info.name
+        self.info.name
     }
 
     /// Where the tensor sits in its buffer, and the alignment its address has.
@@ -905,7 +913,7 @@ impl<'w> TensorRef<'w> {
         let bytes = self.host_bytes().ok_or_else(|| Error::NotHost {
             buffer: self.buffer.type_name().to_owned(),
         })?;
-        view(self.info, bytes)
+        view(&self.info, bytes)
     }
 
     /// Copy the bytes into `out` (which must be exactly the tensor's size);
@@ -943,7 +951,7 @@ impl<'w> TensorRef<'w> {
         let mut buf = CpuBufferType::new().alloc(self.placement.len)?;
         self.buffer.get(self.placement.offset, buf.bytes_mut())?;
         Ok(OwnedTensor {
-            info: self.info.clone(),
+            info: TensorTable::of_one(self.info)?,
             buf,
         })
     }
@@ -978,7 +986,7 @@ impl<'w> TensorRef<'w> {
         let n = self.n_rows();
         if rows.start > rows.end || rows.end > n {
             return Err(Error::RowOutOfRange {
-                tensor: self.info.name.clone(),
+                tensor: self.info.name.to_owned(),
                 row: if rows.start > rows.end {
                     rows.start
                 } else {
@@ -1007,7 +1015,7 @@ impl<'w> TensorRef<'w> {
     pub fn row_as<T: Element>(&self, i: u64) -> Result<&'w [T]> {
         let r = self.row_range(i..i.saturating_add(1))?;
         let bytes = &self.host_or_err()?[r];
-        view(self.info, bytes)
+        view(&self.info, bytes)
     }
 
     /// Every row's bytes, in order.
@@ -1072,14 +1080,14 @@ impl<'w> TensorRef<'w> {
         let found = self.info.ne();
         if found != ne {
             return Err(Error::ShapeMismatch {
-                tensor: self.info.name.clone(),
+                tensor: self.info.name.to_owned(),
                 expected: ne.to_vec(),
                 found,
             });
         }
         if !types.is_empty() && !types.contains(&self.info.ty) {
             return Err(Error::TypeMismatch {
-                tensor: self.info.name.clone(),
+                tensor: self.info.name.to_owned(),
                 expected: types.iter().map(|t| t.name()).collect(),
                 found: self.info.ty.name(),
             });
@@ -1091,14 +1099,15 @@ impl<'w> TensorRef<'w> {
 /// A writable copy of one tensor, in its own 32-byte-aligned CPU buffer.
 #[derive(Debug)]
 pub struct OwnedTensor {
-    info: TensorInfo,
+    /// Its descriptor, as a table of one.
+    info: TensorTable,
     buf: CpuBuffer,
 }
 
 impl OwnedTensor {
     /// The descriptor.
-    pub fn info(&self) -> &TensorInfo {
-        &self.info
+    pub fn info(&self) -> TensorInfo<'_> {
+        self.info.at(0)
     }
 
     /// The bytes.
@@ -1116,7 +1125,7 @@ impl OwnedTensor {
     /// # Errors
     /// As [`crate::buffer::view`].
     pub fn view<T: Element>(&self) -> Result<&[T]> {
-        view(&self.info, self.buf.bytes())
+        view(&self.info.at(0), self.buf.bytes())
     }
 
     /// The bytes as writable `T`.
@@ -1124,7 +1133,7 @@ impl OwnedTensor {
     /// # Errors
     /// As [`crate::buffer::view`].
     pub fn view_mut<T: Element>(&mut self) -> Result<&mut [T]> {
-        view_mut(&self.info, self.buf.bytes_mut())
+        view_mut(&self.info.at(0), self.buf.bytes_mut())
     }
 }
 
@@ -1188,9 +1197,9 @@ impl WeightsHeader {
     /// The first tensor whose file offset is not aligned as a buffer type of
     /// `buffer_alignment` needs for zero-copy placement (the mapping is
     /// page-aligned, so the file offset decides for alignments up to a page).
-    pub fn first_misaligned(&self, buffer_alignment: usize) -> Option<(&TensorInfo, usize)> {
+    pub fn first_misaligned(&self, buffer_alignment: usize) -> Option<(TensorInfo<'_>, usize)> {
         self.header.tensors().iter().find_map(|t| {
-            let a = self.header.required_alignment(t, buffer_alignment);
+            let a = self.header.required_alignment(&t, buffer_alignment);
             (t.file_offset % a as u64 != 0).then_some((t, a))
         })
     }

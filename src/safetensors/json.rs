@@ -20,7 +20,6 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::hash::{BuildHasher, RandomState};
 use std::marker::PhantomData;
 
 use ::safetensors::Dtype;
@@ -29,7 +28,7 @@ use serde::Deserialize;
 
 use super::{header_err, tensor_type, METADATA_KEY};
 use crate::error::{Error, Result};
-use crate::tensor::TensorInfo;
+use crate::tensor::TableBuilder;
 
 /// Where a header's entries must lie: the data section and the file.
 #[derive(Clone, Copy, Debug)]
@@ -45,7 +44,7 @@ pub(super) struct Bounds {
 /// What one pass over the JSON found.
 pub(super) struct Parsed {
     /// Every tensor, in the JSON's order, validated against [`Bounds`].
-    pub tensors: Vec<TensorInfo>,
+    pub tensors: TableBuilder,
     /// The `__metadata__` map (empty when absent).
     pub metadata: BTreeMap<String, String>,
 }
@@ -59,10 +58,9 @@ pub(super) struct Parsed {
 pub(super) fn parse(text: &str, bounds: Bounds) -> Result<Parsed> {
     let mut b = Builder {
         bounds,
-        tensors: Vec::new(),
+        tensors: TableBuilder::new(true, 0)?,
         metadata: None,
         seen_metadata: false,
-        names: NameSet::default(),
         problems: Problems::default(),
     };
     let mut de = serde_json::Deserializer::from_str(text);
@@ -138,149 +136,45 @@ impl Under<'_> {
 /// The header object being read: the tensor table as far as it goes.
 struct Builder {
     bounds: Bounds,
-    /// Every entry read, in text order. After a problem the later entries
-    /// hold a name only (they are kept to find repeats).
-    tensors: Vec<TensorInfo>,
+    /// Every valid entry read, in text order. After a problem the later
+    /// entries are added by name only (to find repeats): the header will be
+    /// rejected.
+    tensors: TableBuilder,
     metadata: Option<BTreeMap<String, String>>,
     seen_metadata: bool,
-    /// The names in `tensors`, for finding a repeat as soon as it is read.
-    names: NameSet,
     problems: Problems,
 }
 
 impl Builder {
-    /// Add the entry of the tensor `name` (of hash `hash`), as read.
-    fn add(&mut self, name: String, hash: u32, found: Lenient<Entry>) -> Result<()> {
-        if self.names.seen_before(&name, hash, &self.tensors)? {
-            self.problems
-                .repeat(|| Error::DuplicateTensor { name: name.clone() });
-        }
-        let info = match found {
-            Ok(entry) => match check_tensor(&name, &entry, self.bounds) {
-                Ok((ty, nbytes)) => TensorInfo {
-                    name,
-                    ty,
-                    shape: entry.shape,
-                    outer_first: true,
-                    offset: entry.offsets.0,
-                    // begin <= end <= data_len: within the file.
-                    file_offset: self.bounds.data_offset + entry.offsets.0,
-                    nbytes,
-                },
+    /// Add the entry of the tensor `name` (of hash `hash`, from
+    /// [`TableBuilder::hash`]), as read.
+    fn add(&mut self, name: &str, hash: u32, found: Lenient<Entry>) -> Result<()> {
+        let checked = match found {
+            Ok(entry) => match check_tensor(name, &entry, self.bounds) {
+                // begin <= end <= data_len: within the file.
+                Ok((ty, nbytes)) => Some((ty, entry.shape, entry.offsets.0, nbytes)),
                 Err(e) => {
                     self.problems.invalid(|| e);
-                    name_only(name)
+                    None
                 }
             },
             Err(why) => {
                 self.problems
                     .invalid(|| header_err(format!("tensor '{name}': {why}")));
-                name_only(name)
+                None
             }
         };
-        crate::alloc::push(&mut self.tensors, info, "the tensor table")
-    }
-}
-
-/// A placeholder entry after a problem: the header will be rejected, and the
-/// entry is kept for its name.
-fn name_only(name: String) -> TensorInfo {
-    TensorInfo {
-        name,
-        ty: crate::types::TensorType::U8,
-        shape: Box::default(),
-        outer_first: true,
-        offset: 0,
-        file_offset: 0,
-        nbytes: 0,
-    }
-}
-
-/// The names of a tensor table, indexed by hash, to find a repeated name as
-/// soon as it is read.
-///
-/// An open-addressing table of `u64` slots, each a name's 32-bit hash (high
-/// half) and its index in the table plus one (low half); 0 is an empty slot.
-/// At most half full, so 8 to 16 bytes a name: a `HashMap<String, _>` (or
-/// of 64-bit hashes to indices) costs 2 to 4 times that, which at a million
-/// tensors was 100 MB of RssAnon after the load and a quarter of its time.
-/// The hash is keyed at random, so a file cannot aim for collisions.
-#[derive(Default)]
-struct NameSet {
-    slots: Vec<u64>,
-    len: usize,
-    hasher: RandomState,
-}
-
-impl NameSet {
-    /// Hash `name` and start fetching its slot, making room for one more
-    /// name first. The lookup itself ([`NameSet::seen_before`]) comes after
-    /// the entry's value has been read: a table of a million names is far
-    /// larger than the cache, and the slot arrives meanwhile (a 1M-tensor
-    /// load took 1.0 s of CPU without the prefetch, 0.85 s with it).
-    fn hash(&mut self, name: &str) -> Result<u32> {
-        if self.len.saturating_add(1).saturating_mul(2) > self.slots.len() {
-            self.grow()?;
+        let (ty, shape, offset, nbytes) =
+            checked.unwrap_or((crate::types::TensorType::U8, Box::default(), 0, 0));
+        if self
+            .tensors
+            .push(name, hash, ty, &shape, offset, nbytes)?
+            .is_some()
+        {
+            self.problems.repeat(|| Error::DuplicateTensor {
+                name: name.to_owned(),
+            });
         }
-        // The low 32 bits, on purpose: they place the slot, and are kept in it.
-        let hash = self.hasher.hash_one(name) as u32;
-        let slot = &self.slots[hash as usize & (self.slots.len() - 1)];
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 CPU has; it
-        // only hints at an address (here a valid `&u64`) and reads nothing.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(slot).cast());
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = slot;
-        Ok(hash)
-    }
-
-    /// Whether `name`, of hash `hash` (from [`NameSet::hash`], the last
-    /// call), is the name of one of `tensors`; if not, remembers it as the
-    /// name of the entry about to be pushed, `tensors[len]`.
-    fn seen_before(&mut self, name: &str, hash: u32, tensors: &[TensorInfo]) -> Result<bool> {
-        let index = u32::try_from(tensors.len())
-            .ok()
-            .and_then(|i| i.checked_add(1))
-            // Unreachable: a header of at most 100 MB holds far fewer entries.
-            .ok_or(Error::OutOfMemory {
-                what: "the tensor name set",
-                bytes: u64::MAX,
-            })?;
-        let mask = self.slots.len() - 1; // a power of two, at least 64
-        let mut at = hash as usize & mask;
-        loop {
-            let slot = self.slots[at];
-            if slot == 0 {
-                self.slots[at] = u64::from(hash) << 32 | u64::from(index);
-                self.len += 1;
-                return Ok(false);
-            }
-            // Slots hold indices + 1 of entries already in `tensors`.
-            let seen = (slot as u32 - 1) as usize;
-            if (slot >> 32) as u32 == hash && tensors[seen].name == name {
-                return Ok(true);
-            }
-            at = (at + 1) & mask;
-        }
-    }
-
-    /// Double the table (from 64 slots), placing every name again.
-    fn grow(&mut self) -> Result<()> {
-        let n = self.slots.len().saturating_mul(2).max(64);
-        let mut slots: Vec<u64> = crate::alloc::with_capacity(n, "the tensor name set")?;
-        slots.resize(n, 0);
-        let mask = n - 1;
-        for &slot in self.slots.iter().filter(|&&s| s != 0) {
-            let mut at = (slot >> 32) as usize & mask;
-            while slots[at] != 0 {
-                at = (at + 1) & mask;
-            }
-            slots[at] = slot;
-        }
-        self.slots = slots;
         Ok(())
     }
 }
@@ -311,14 +205,14 @@ impl<'de> Visitor<'de> for &mut Builder {
                     }),
                 }
             } else {
-                let name = key.into_owned();
-                let hash = match self.names.hash(&name) {
+                let name = key;
+                let hash = match self.tensors.hash(&name) {
                     Ok(hash) => hash,
                     Err(e) => return Err(self.problems.stop(e)),
                 };
                 let found = map
                     .next_value_seed(As::<Entry>::new(&mut self.problems, Under::Tensor(&name)))?;
-                if let Err(e) = self.add(name, hash, found) {
+                if let Err(e) = self.add(&name, hash, found) {
                     return Err(self.problems.stop(e));
                 }
             }

@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 use ::safetensors::Dtype;
 
 use crate::error::{Error, Result};
-use crate::tensor::{check_overlap, TensorInfo, TensorTable};
+use crate::tensor::TensorTable;
 use crate::types::TensorType;
 
 /// Largest JSON header accepted, in bytes: the `safetensors` crate's limit.
@@ -96,7 +96,7 @@ pub use crate::format::Parse;
 /// let header = SafetensorsHeader::parse(&bytes)?;
 /// assert_eq!(header.data_offset(), 8 + header.header_len());
 /// assert_eq!(header.metadata()["format"], "pt");
-/// let t = &header.tensors()[header.tensor_index("w").unwrap()];
+/// let t = &header.tensors().find("w").unwrap();
 /// assert_eq!((t.ty, &t.shape[..], t.nbytes), (weightmap::TensorType::F32, &[2u64, 3][..], 24));
 /// assert_eq!(t.ne(), [3, 2]); // ggml order
 /// assert_eq!(t.file_offset, header.data_offset());
@@ -212,13 +212,13 @@ impl SafetensorsHeader {
 
     /// Tensor descriptors in data order: by offset, then by end (zero-size
     /// tensors before a tensor starting at the same offset), then by name.
-    pub fn tensors(&self) -> &[TensorInfo] {
-        self.tensors.tensors()
+    pub fn tensors(&self) -> &TensorTable {
+        &self.tensors
     }
 
     /// Index (into [`SafetensorsHeader::tensors`]) of the tensor called `name`.
     pub fn tensor_index(&self, name: &str) -> Option<usize> {
-        self.tensors.index(name)
+        self.tensors.index_of(name)
     }
 
     /// The `__metadata__` string map; empty when the header has none.
@@ -275,15 +275,12 @@ fn parse_json(json: &[u8], header_len: u64, file_len: u64) -> Result<Safetensors
         data_len: file_len - data_offset, // data_offset <= file_len, checked by the caller
         file_len,
     };
-    let json::Parsed {
-        mut tensors,
-        metadata,
-    } = json::parse(text, bounds)?;
+    let json::Parsed { tensors, metadata } = json::parse(text, bounds)?;
 
-    // Data order: by (begin, end), then name (unique by now).
-    tensors
-        .sort_unstable_by(|a, b| (a.offset, a.nbytes, &a.name).cmp(&(b.offset, b.nbytes, &b.name)));
-    check_overlap(&tensors)?;
+    // Data order: by (begin, end), then name (unique by now). Every entry
+    // was checked against the bounds as it was read.
+    let tensors = tensors.finish(data_offset, file_len)?.into_data_order()?;
+    tensors.check_overlap()?;
 
     // The safetensors crate's rule (`Metadata::validate`): in data order,
     // each tensor begins where the previous one ends, the first at 0. With
@@ -308,8 +305,6 @@ fn parse_json(json: &[u8], header_len: u64, file_len: u64) -> Result<Safetensors
             bounds.data_len - data_end
         )));
     }
-
-    let tensors = TensorTable::new(tensors)?;
 
     Ok(SafetensorsHeader {
         header_len,
