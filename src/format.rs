@@ -281,9 +281,18 @@ pub(crate) fn read_header_at(
                 return Ok((h, bytes));
             }
             Parse::NeedMore { min_len: min } => {
-                // Grow geometrically so a huge header costs O(n) reads and
-                // O(n log n) re-parsing at worst; never past the file.
-                want = min.max(want.saturating_mul(2)).min(file_len);
+                // A GGUF header longer than the first read: walk its length
+                // fields for its exact end, once, and read that much.
+                let exact = if have == 0 && bytes.starts_with(&gguf::MAGIC) {
+                    gguf::scan::header_len(file, base, file_len).filter(|&n| n > want)
+                } else {
+                    None
+                };
+                // Otherwise grow geometrically, so a huge header costs O(n)
+                // reads and O(n log n) re-parsing at worst; never past the file.
+                want = exact
+                    .unwrap_or_else(|| min.max(want.saturating_mul(2)))
+                    .min(file_len);
                 if want <= bytes.len() as u64 {
                     // The parser asked for no more than it has: cannot happen,
                     // but never loop forever on it.

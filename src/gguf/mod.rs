@@ -14,6 +14,7 @@
 pub mod ggml;
 mod metadata;
 mod parse;
+pub(crate) mod scan;
 #[cfg(feature = "write")]
 pub mod write;
 
