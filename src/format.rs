@@ -172,10 +172,15 @@ impl Header {
     /// needs is the element's alignment: the element size (capped at
     /// `buffer_alignment`) applies. See ARCHITECTURE.md.
     pub fn required_alignment(&self, info: &TensorInfo, buffer_alignment: usize) -> usize {
+        self.alignment_for(info.ty, buffer_alignment)
+    }
+
+    /// [`Header::required_alignment`] for a tensor of type `ty`.
+    pub(crate) fn alignment_for(&self, ty: crate::TensorType, buffer_alignment: usize) -> usize {
         match self {
             Header::Gguf(_) => buffer_alignment,
             Header::Safetensors(_) => {
-                let elem = usize::try_from(info.ty.type_size()).unwrap_or(1);
+                let elem = usize::try_from(ty.type_size()).unwrap_or(1);
                 let elem = if elem.is_power_of_two() { elem } else { 1 };
                 elem.min(buffer_alignment)
             }

@@ -176,6 +176,11 @@ impl TensorTable {
         start..start + e.nbytes
     }
 
+    /// The type of the `i`th tensor.
+    pub(crate) fn ty(&self, i: usize) -> TensorType {
+        self.types[i]
+    }
+
     /// The name of the `i`th tensor.
     pub(crate) fn name(&self, i: usize) -> &str {
         &self.names[self.ranges(i).0]
@@ -242,12 +247,17 @@ impl TensorTable {
     /// as it is.
     pub(crate) fn into_data_order(self) -> Result<TensorTable> {
         let key = |i: usize| {
-            let t = self.at(i);
-            (t.offset, t.nbytes, t.name)
+            let e = &self.entries[i];
+            (e.offset, e.nbytes)
         };
-        if (1..self.len()).all(|i| key(i - 1) <= key(i)) {
+        let in_order = |a: usize, b: usize| match key(a).cmp(&key(b)) {
+            std::cmp::Ordering::Equal => self.name(a) <= self.name(b),
+            o => o.is_lt(),
+        };
+        if (1..self.len()).all(|i| in_order(i - 1, i)) {
             return Ok(self);
         }
+        let key = |i: usize| (key(i).0, key(i).1, self.name(i));
         let mut order = crate::alloc::index(self.len(), "the tensor order")?;
         order.sort_unstable_by(|&a, &b| key(a as usize).cmp(&key(b as usize)));
         let mut b = TableBuilder::new(self.outer_first, self.len())?;

@@ -154,11 +154,15 @@ unsafe fn map_source(
     let mut mapped: Vec<Group> = Vec::new();
     let mut copies: Vec<Group> = Vec::new();
     let mut copied = Vec::new();
-    for (i, t) in infos.iter().enumerate() {
-        let target = opts.target(&t);
+    for i in 0..infos.len() {
+        // Only a routing rule needs the whole descriptor.
+        let target = match opts.route {
+            Some(_) => opts.target(&infos.at(i)),
+            None => std::borrow::Cow::Borrowed(&opts.buffer_type),
+        };
         if !target.supports_host_ptr() {
             copied.push(CopiedTensor {
-                name: t.name.to_owned(),
+                name: infos.name(i).to_owned(),
                 reason: CopyReason::Routed {
                     buffer_type: target.name().to_owned(),
                 },
@@ -166,21 +170,22 @@ unsafe fn map_source(
             add(&mut copies, &target, i)?;
             continue;
         }
-        let alignment = header.required_alignment(&t, target.alignment());
-        let address = base.wrapping_add(t.file_offset as usize);
+        let alignment = header.alignment_for(infos.ty(i), target.alignment());
+        let file_offset = infos.file_range(i).start;
+        let address = base.wrapping_add(file_offset as usize);
         if address % alignment == 0 {
             add(&mut mapped, &target, i)?;
         } else if opts.require_all_mapped {
             return Err(FallbackReason::Misaligned {
-                tensor: t.name.to_owned(),
+                tensor: infos.name(i).to_owned(),
                 address,
-                file_offset: t.file_offset,
+                file_offset,
                 alignment,
             }
             .into());
         } else {
             copied.push(CopiedTensor {
-                name: t.name.to_owned(),
+                name: infos.name(i).to_owned(),
                 reason: CopyReason::Misaligned { address, alignment },
             });
             add(&mut copies, &target, i)?;
