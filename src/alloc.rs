@@ -33,6 +33,28 @@ pub(crate) fn push<T>(v: &mut Vec<T>, x: T, what: &'static str) -> Result<()> {
     Ok(())
 }
 
+/// `s` as an owned string, without aborting.
+pub(crate) fn string(s: &str, what: &'static str) -> Result<String> {
+    let mut out = String::new();
+    out.try_reserve_exact(s.len())
+        .map_err(|_| Error::OutOfMemory {
+            what,
+            bytes: s.len() as u64,
+        })?;
+    out.push_str(s);
+    Ok(out)
+}
+
+/// Collect `it` (of known length) without aborting.
+pub(crate) fn collect<T>(
+    it: impl ExactSizeIterator<Item = T>,
+    what: &'static str,
+) -> Result<Vec<T>> {
+    let mut v = with_capacity(it.len(), what)?;
+    v.extend(it);
+    Ok(v)
+}
+
 /// `0..n` as u32 indices (tables are bounded by the file size, far below 2^32
 /// entries for any file an index is built for).
 pub(crate) fn index(n: usize, what: &'static str) -> Result<Vec<u32>> {

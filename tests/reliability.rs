@@ -377,6 +377,7 @@ fn never_aborts(d: &Path, file: &str, limits: &[u64]) -> Vec<(u64, String, Optio
     for &limit in limits {
         for args in [
             vec!["validate", file],
+            vec!["load", file],
             vec!["load", file, "--mode", "stream"],
             vec!["inspect", file],
             vec!["inspect", file, "--json"],
@@ -408,6 +409,43 @@ fn a_million_tensors_under_rlimit_as_is_an_error_not_an_abort() {
     many_tensors(&d.join("many.gguf"), 1_000_000);
     let seen = never_aborts(d, "many.gguf", &[48 << 20, 96 << 20, 160 << 20]);
     // The smallest limit is below the header itself: that one must fail.
+    assert!(seen.iter().any(|s| s.2 == Some(1)), "{seen:?}");
+}
+
+/// A safetensors file with `n` one-element f32 tensors, packed.
+fn many_safetensors(path: &Path, n: usize) {
+    use std::io::Write;
+    let mut json = String::from("{");
+    for i in 0..n {
+        if i > 0 {
+            json.push(',');
+        }
+        json.push_str(&format!(
+            "\"blk.{i}.w\":{{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[{},{}]}}",
+            4 * i,
+            4 * i + 4
+        ));
+    }
+    json.push('}');
+    let mut f = std::io::BufWriter::new(fs::File::create(path).unwrap());
+    f.write_all(&(json.len() as u64).to_le_bytes()).unwrap();
+    f.write_all(json.as_bytes()).unwrap();
+    f.write_all(&vec![0u8; 4 * n]).unwrap();
+    f.flush().unwrap();
+}
+
+#[test]
+fn many_safetensors_entries_under_rlimit_as_is_an_error_not_an_abort() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // 300,000 entries, every one misaligned (the data section starts at an
+    // odd offset), so the mapped load copies them all and lists them.
+    many_safetensors(&d.join("many.safetensors"), 300_000);
+    let seen = never_aborts(
+        d,
+        "many.safetensors",
+        &[24 << 20, 48 << 20, 72 << 20, 96 << 20],
+    );
     assert!(seen.iter().any(|s| s.2 == Some(1)), "{seen:?}");
 }
 

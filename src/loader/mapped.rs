@@ -161,12 +161,13 @@ unsafe fn map_source(
             None => std::borrow::Cow::Borrowed(&opts.buffer_type),
         };
         if !target.supports_host_ptr() {
-            copied.push(CopiedTensor {
-                name: infos.name(i).to_owned(),
+            let c = CopiedTensor {
+                name: crate::alloc::string(infos.name(i), "the load report")?,
                 reason: CopyReason::Routed {
                     buffer_type: target.name().to_owned(),
                 },
-            });
+            };
+            crate::alloc::push(&mut copied, c, "the load report")?;
             add(&mut copies, &target, i)?;
             continue;
         }
@@ -184,10 +185,11 @@ unsafe fn map_source(
             }
             .into());
         } else {
-            copied.push(CopiedTensor {
-                name: infos.name(i).to_owned(),
+            let c = CopiedTensor {
+                name: crate::alloc::string(infos.name(i), "the load report")?,
                 reason: CopyReason::Misaligned { address, alignment },
-            });
+            };
+            crate::alloc::push(&mut copied, c, "the load report")?;
             add(&mut copies, &target, i)?;
         }
     }

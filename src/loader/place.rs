@@ -173,7 +173,7 @@ fn layout(bt: &dyn BufferType, infos: &TensorTable, idx: &[usize]) -> Result<(Ve
         size: usize::MAX,
         max: bt.max_size(),
     };
-    let mut offsets = Vec::with_capacity(idx.len());
+    let mut offsets = crate::alloc::with_capacity(idx.len(), "the buffer layout")?;
     let mut total = 0usize;
     for &i in idx {
         let t = infos.at(i);
@@ -335,9 +335,11 @@ pub(crate) fn copy_group(
     let (offsets, total, mirror) = match layout {
         Layout::Packed { offsets, total } => (offsets, total, None),
         Layout::Mirror { base, size } => (
-            idx.iter()
-                .map(|&i| (infos.file_range(i).start - base) as usize)
-                .collect(),
+            crate::alloc::collect(
+                idx.iter()
+                    .map(|&i| (infos.file_range(i).start - base) as usize),
+                "the buffer layout",
+            )?,
             size,
             Some(base),
         ),
@@ -354,7 +356,7 @@ pub(crate) fn copy_group(
     };
     buffer.set_usage(BufferUsage::Weights);
     // Each placement is checked against the buffer actually allocated.
-    let mut placements = Vec::with_capacity(idx.len());
+    let mut placements = crate::alloc::with_capacity(idx.len(), "the tensor placements")?;
     for (&i, &offset) in idx.iter().zip(&offsets) {
         let t = infos.at(i);
         placements.push(place(
@@ -386,14 +388,14 @@ pub(crate) fn copy_group(
             }
         }
         // Straight into place, one positioned read per piece.
-        let mut pieces: Vec<(&mut [u8], u64)> = Vec::with_capacity(idx.len());
+        let mut pieces: Vec<(&mut [u8], u64)> =
+            crate::alloc::with_capacity(idx.len(), "the reads")?;
         let mut rest: &mut [u8] = dst;
         let mut at = 0usize;
-        let mut order: Vec<(usize, usize)> = idx
-            .iter()
-            .copied()
-            .zip(placements.iter().map(|p| p.offset))
-            .collect();
+        let mut order: Vec<(usize, usize)> = crate::alloc::collect(
+            idx.iter().copied().zip(placements.iter().map(|p| p.offset)),
+            "the reads",
+        )?;
         order.sort_unstable_by_key(|o| o.1);
         for (i, offset) in order {
             let len = infos.at(i).nbytes as usize;

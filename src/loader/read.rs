@@ -183,15 +183,20 @@ pub(crate) fn read_buffered(
     progress: &Progress,
 ) -> Result<()> {
     // Cut into PIECE-sized reads so threads share large tensors too.
-    let mut cut: Vec<(&mut [u8], u64)> = Vec::with_capacity(pieces.len());
+    let oom = |_| Error::OutOfMemory {
+        what: "the reads",
+        bytes: (pieces.len() as u64).saturating_mul(24),
+    };
+    let mut cut: Vec<(&mut [u8], u64)> = Vec::new();
+    cut.try_reserve_exact(pieces.len()).map_err(oom)?;
     for (mut dst, mut off) in pieces {
         while dst.len() > PIECE {
             let (a, b) = dst.split_at_mut(PIECE);
-            cut.push((a, off));
+            crate::alloc::push(&mut cut, (a, off), "the reads")?;
             off += PIECE as u64;
             dst = b;
         }
-        cut.push((dst, off));
+        crate::alloc::push(&mut cut, (dst, off), "the reads")?;
     }
     let total: usize = cut.iter().map(|p| p.0.len()).sum();
     let threads = threads.clamp(1, cut.len().max(1));
@@ -201,7 +206,7 @@ pub(crate) fn read_buffered(
     for p in cut {
         let g = (acc / per).min(threads - 1);
         acc += p.0.len();
-        groups[g].push(p);
+        crate::alloc::push(&mut groups[g], p, "the reads")?;
     }
     let run = |group: Vec<(&mut [u8], u64)>| -> io::Result<bool> {
         for (dst, off) in group {

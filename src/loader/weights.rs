@@ -57,8 +57,10 @@ impl Loaded {
         }
     }
 
+    /// What the load did; the list of copied tensors moves into it (at a
+    /// million misaligned tensors it is not held twice).
     fn report(
-        &self,
+        &mut self,
         requested: LoadMode,
         fallback: Option<FallbackReason>,
         t0: Instant,
@@ -91,7 +93,7 @@ impl Loaded {
             tensors_copied: tc,
             bytes_mapped: bm,
             bytes_copied: bc,
-            copied: self.copied.clone(),
+            copied: std::mem::take(&mut self.copied),
             buffers: self.buffer_reports.clone(),
             file_len: self.header.file_len(),
             elapsed: t0.elapsed(),
@@ -182,6 +184,13 @@ impl Storage {
     fn loaded(&self) -> &Loaded {
         match self {
             Storage::Mapped(m) => &m.inner,
+            Storage::Streamed(s) => s,
+        }
+    }
+
+    fn loaded_mut(&mut self) -> &mut Loaded {
+        match self {
+            Storage::Mapped(m) => &mut m.inner,
             Storage::Streamed(s) => s,
         }
     }
@@ -321,7 +330,7 @@ impl Weights {
         let files = shards::resolve(path)?;
         if let shards::Files::Single(p) = &files {
             // SAFETY: forwarded to the caller.
-            let (part, fallback) = unsafe { load_one(p, options)? };
+            let (mut part, fallback) = unsafe { load_one(p, options)? };
             if let Some(md) = part
                 .loaded()
                 .header
@@ -329,7 +338,7 @@ impl Weights {
             {
                 shards::single_is_split(p, md.get_opt_int::<u64>("split.count").ok().flatten())?;
             }
-            let report = part.loaded().report(options.mode, fallback, t0);
+            let report = part.loaded_mut().report(options.mode, fallback, t0);
             return Ok(Weights {
                 parts: vec![part],
                 combined: None,
@@ -380,7 +389,7 @@ impl Weights {
                 locs.push((pi, ti));
             }
         }
-        let report = combine_reports(&parts, &fallbacks, options.mode, warnings, t0);
+        let report = combine_reports(&mut parts, &fallbacks, options.mode, warnings, t0);
         Ok(Weights {
             parts,
             combined: Some(Combined { locs, by_name }),
@@ -424,8 +433,8 @@ impl Weights {
     /// As [`Weights::load`], for the file behind `src` (memory needs nothing).
     unsafe fn single(src: &Source<'_>, options: &LoadOptions, t0: Instant) -> Result<Weights> {
         // SAFETY: forwarded to the caller.
-        let (part, fallback) = unsafe { load_source(src, options)? };
-        let report = part.loaded().report(options.mode, fallback, t0);
+        let (mut part, fallback) = unsafe { load_source(src, options)? };
+        let report = part.loaded_mut().report(options.mode, fallback, t0);
         Ok(Weights {
             parts: vec![part],
             combined: None,
@@ -803,18 +812,20 @@ fn combine_progress(it: impl Iterator<Item = PrefetchProgress>) -> Option<Prefet
 
 /// One report for a model in several files.
 fn combine_reports(
-    parts: &[Storage],
+    parts: &mut [Storage],
     fallbacks: &[Option<FallbackReason>],
     requested: LoadMode,
     warnings: Vec<String>,
     t0: Instant,
 ) -> LoadReport {
-    let each: Vec<LoadReport> = parts
-        .iter()
+    let mut each: Vec<LoadReport> = parts
+        .iter_mut()
         .zip(fallbacks)
-        .map(|(p, f)| p.loaded().report(requested, f.clone(), t0))
+        .map(|(p, f)| p.loaded_mut().report(requested, f.clone(), t0))
         .collect();
+    let first_copied = std::mem::take(&mut each[0].copied);
     let mut r = each[0].clone();
+    r.copied = first_copied;
     r.shards = parts
         .iter()
         .zip(&each)
@@ -826,13 +837,13 @@ fn combine_reports(
             fallback: e.fallback.clone(),
         })
         .collect();
-    for e in &each[1..] {
+    for e in &mut each[1..] {
         r.tensors_count += e.tensors_count;
         r.tensors_mapped += e.tensors_mapped;
         r.tensors_copied += e.tensors_copied;
         r.bytes_mapped += e.bytes_mapped;
         r.bytes_copied += e.bytes_copied;
-        r.copied.extend(e.copied.iter().cloned());
+        r.copied.append(&mut e.copied);
         r.buffers.extend(e.buffers.iter().cloned());
         r.file_len += e.file_len;
         r.random_access_tensors
