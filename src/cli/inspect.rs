@@ -11,7 +11,7 @@ use std::io::Write;
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 
-use super::{escape, human_bytes, table, CliError, CliResult};
+use super::{escape, human_bytes, table, write_table, CliError, CliResult};
 
 /// Arguments of `inspect`.
 #[derive(Debug, clap::Args)]
@@ -400,46 +400,4 @@ fn to_text(wh: &WeightsHeader, a: &Args, out: &mut dyn Write) -> std::io::Result
         }))
     };
     write_table(out, rows, 3, "  ")
-}
-
-/// Write the rows `rows()` yields as [`table`] would lay them out, without
-/// holding them: one pass for the column widths, one for the lines.
-fn write_table<'r, const N: usize, I>(
-    out: &mut dyn Write,
-    rows: impl Fn() -> I,
-    left: usize,
-    indent: &str,
-) -> std::io::Result<()>
-where
-    I: Iterator<Item = [std::borrow::Cow<'r, str>; N]>,
-{
-    let mut width = [0usize; N];
-    for r in rows() {
-        for (w, c) in width.iter_mut().zip(&r) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let mut line = String::new();
-    for r in rows() {
-        line.clear();
-        line.push_str(indent);
-        for (i, c) in r.iter().enumerate() {
-            if i > 0 {
-                line.push_str("  ");
-            }
-            let pad = width[i] - c.chars().count();
-            if i < left {
-                line.push_str(c);
-                if i + 1 < N {
-                    line.extend(std::iter::repeat(' ').take(pad));
-                }
-            } else {
-                line.extend(std::iter::repeat(' ').take(pad));
-                line.push_str(c);
-            }
-        }
-        out.write_all(line.trim_end().as_bytes())?;
-        out.write_all(b"\n")?;
-    }
-    Ok(())
 }

@@ -214,17 +214,41 @@ pub fn human_bytes(n: u64) -> String {
 /// Lay `rows` out in columns: the first `left` columns left-aligned, the
 /// rest right-aligned, two spaces apart, each line indented by `indent`.
 pub fn table(rows: &[Vec<String>], left: usize, indent: &str) -> String {
-    let ncol = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let mut width = vec![0usize; ncol];
-    for r in rows {
-        for (i, c) in r.iter().enumerate() {
-            width[i] = width[i].max(c.chars().count());
+    let mut out = Vec::new();
+    write_table(&mut out, || rows.iter(), left, indent).expect("writing to a Vec");
+    String::from_utf8(out).expect("the cells are strings")
+}
+
+/// Write the rows `rows()` yields as [`table`] lays them out, without
+/// holding them: one pass for the column widths, one for the lines.
+pub fn write_table<R, C, I>(
+    out: &mut dyn Write,
+    rows: impl Fn() -> I,
+    left: usize,
+    indent: &str,
+) -> io::Result<()>
+where
+    I: Iterator<Item = R>,
+    R: AsRef<[C]>,
+    C: AsRef<str>,
+{
+    let mut width: Vec<usize> = Vec::new();
+    for r in rows() {
+        let r = r.as_ref();
+        if width.len() < r.len() {
+            width.resize(r.len(), 0);
+        }
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.as_ref().chars().count());
         }
     }
-    let mut out = String::new();
-    for r in rows {
-        let mut line = String::from(indent);
+    let mut line = String::new();
+    for r in rows() {
+        let r = r.as_ref();
+        line.clear();
+        line.push_str(indent);
         for (i, c) in r.iter().enumerate() {
+            let c = c.as_ref();
             if i > 0 {
                 line.push_str("  ");
             }
@@ -232,17 +256,17 @@ pub fn table(rows: &[Vec<String>], left: usize, indent: &str) -> String {
             if i < left {
                 line.push_str(c);
                 if i + 1 < r.len() {
-                    line.push_str(&" ".repeat(pad));
+                    line.extend(std::iter::repeat(' ').take(pad));
                 }
             } else {
-                line.push_str(&" ".repeat(pad));
+                line.extend(std::iter::repeat(' ').take(pad));
                 line.push_str(c);
             }
         }
-        out.push_str(line.trim_end());
-        out.push('\n');
+        out.write_all(line.trim_end().as_bytes())?;
+        out.write_all(b"\n")?;
     }
-    out
+    Ok(())
 }
 
 #[cfg(test)]
