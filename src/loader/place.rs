@@ -104,24 +104,12 @@ impl Placed {
         placements: Vec<Placement>,
         kind: PlacementKind,
     ) {
-        let b = u32::try_from(self.buffers.len()).expect("fewer than 2^32 buffers");
-        self.reports.push(BufferReport {
-            buffer_type: buffer.type_name().to_owned(),
-            mapped: kind == PlacementKind::Mapped,
-            tensors: idx.len(),
-            bytes: placements.iter().map(|p| p.len as u64).sum(),
-            size: buffer.size(),
+        debug_assert_eq!(idx.len(), placements.len());
+        let mut it = placements.into_iter();
+        // Infallible: each placement is already made.
+        let _ = self.push_with(buffer, idx, kind, |_, _| {
+            Ok(it.next().expect("one placement per tensor"))
         });
-        for (&i, placement) in idx.iter().zip(placements) {
-            debug_assert!(placement.alignment.is_power_of_two());
-            self.slots[i] = Slot {
-                offset: placement.offset,
-                buffer: b,
-                align_log2: placement.alignment.trailing_zeros() as u8,
-                kind,
-            };
-        }
-        self.buffers.push(buffer);
     }
 
     /// Take `buffer` and place tensors `idx` in it, `place` giving each
