@@ -293,6 +293,27 @@ unsafe fn put<T>(out: *mut T, value: T, what: &str) -> Result<(), Fail> {
     Ok(())
 }
 
+/// A string result: its pointer in `*ptr`, and its length (without the
+/// NUL) in `*len` when `len` is not NULL.
+///
+/// # Safety
+/// `ptr` is NULL or valid for writing a pointer; `len` is NULL or valid for
+/// writing a `uint64_t`.
+unsafe fn put_str(
+    ptr: *mut *const c_char,
+    p: *const c_char,
+    len: *mut u64,
+    n: u64,
+) -> Result<(), Fail> {
+    // SAFETY: forwarded to the caller.
+    unsafe { put(ptr, p, "ptr") }?;
+    if !len.is_null() {
+        // SAFETY: non-null, so valid for a write by the caller's contract.
+        unsafe { put(len, n, "len") }?;
+    }
+    Ok(())
+}
+
 // ---- loading ------------------------------------------------------------------------------
 
 /// The default options: mmap mode, fallback to stream on, default alignment.
@@ -718,6 +739,32 @@ pub unsafe extern "C" fn wm_tensor_dequantize(
 
 // ---- metadata ---------------------------------------------------------------------------------
 
+/// What every `wm_meta_*` call starts from: the weights and the key, once
+/// the output pointer `what` is known not to be NULL (`out_is_null`).
+///
+/// # Safety
+/// `w` and `key` as the calling function's contract says.
+unsafe fn meta_args<'a>(
+    w: *const wm_weights,
+    key: *const c_char,
+    out_is_null: bool,
+    what: &str,
+) -> Result<(&'a wm_weights, &'a str), Fail> {
+    // SAFETY: forwarded to the caller.
+    let w = unsafe { weights_ref(w) }?;
+    // SAFETY: forwarded to the caller.
+    let key = unsafe { c_utf8(key, "key") }?;
+    if out_is_null {
+        return Err(Fail::null(what));
+    }
+    Ok((w, key))
+}
+
+/// The GGUF metadata of `w`, or why a lookup of `key` finds none.
+fn gguf_meta<'a>(w: &'a wm_weights, key: &str) -> Result<weightmap::gguf::Metadata<'a>, Fail> {
+    w.weights.gguf_metadata().ok_or_else(|| no_metadata(w, key))
+}
+
 fn no_metadata(w: &wm_weights, key: &str) -> Fail {
     Fail::new(
         WM_ERR_NOT_FOUND,
@@ -746,16 +793,8 @@ pub unsafe extern "C" fn wm_meta_u64(
 ) -> c_int {
     guard(|| {
         // SAFETY: by the contract.
-        let w = unsafe { weights_ref(w) }?;
-        // SAFETY: by the contract.
-        let key = unsafe { c_utf8(key, "key") }?;
-        if out.is_null() {
-            return Err(Fail::null("out"));
-        }
-        let md = w
-            .weights
-            .gguf_metadata()
-            .ok_or_else(|| no_metadata(w, key))?;
+        let (w, key) = unsafe { meta_args(w, key, out.is_null(), "out") }?;
+        let md = gguf_meta(w, key)?;
         let v = md.get_int::<u64>(key)?;
         // SAFETY: by the contract.
         unsafe { put(out, v, "out") }
@@ -778,16 +817,8 @@ pub unsafe extern "C" fn wm_meta_f64(
 ) -> c_int {
     guard(|| {
         // SAFETY: by the contract.
-        let w = unsafe { weights_ref(w) }?;
-        // SAFETY: by the contract.
-        let key = unsafe { c_utf8(key, "key") }?;
-        if out.is_null() {
-            return Err(Fail::null("out"));
-        }
-        let md = w
-            .weights
-            .gguf_metadata()
-            .ok_or_else(|| no_metadata(w, key))?;
+        let (w, key) = unsafe { meta_args(w, key, out.is_null(), "out") }?;
+        let md = gguf_meta(w, key)?;
         let v = match md.get(key) {
             Some(Value::F32(v)) => f64::from(v),
             Some(Value::F64(v)) => v,
@@ -828,12 +859,7 @@ pub unsafe extern "C" fn wm_meta_str(
 ) -> c_int {
     guard(|| {
         // SAFETY: by the contract.
-        let w = unsafe { weights_ref(w) }?;
-        // SAFETY: by the contract.
-        let key = unsafe { c_utf8(key, "key") }?;
-        if ptr.is_null() {
-            return Err(Fail::null("ptr"));
-        }
+        let (w, key) = unsafe { meta_args(w, key, ptr.is_null(), "ptr") }?;
         let bytes: &[u8] = match w.weights.gguf_metadata() {
             Some(md) => md.get_gguf_str(key)?.as_bytes(),
             None => match w.weights.safetensors_metadata().and_then(|m| m.get(key)) {
@@ -852,12 +878,7 @@ pub unsafe extern "C" fn wm_meta_str(
         };
         // SAFETY: by the contract. The pointer is into a boxed slice the
         // cache keeps, unmoved, until `wm_free`.
-        unsafe { put(ptr, p.cast(), "ptr") }?;
-        if !len.is_null() {
-            // SAFETY: non-null, so valid for a write by the contract.
-            unsafe { put(len, n, "len") }?;
-        }
-        Ok(())
+        unsafe { put_str(ptr, p.cast(), len, n) }
     })
 }
 
@@ -877,16 +898,8 @@ pub unsafe extern "C" fn wm_meta_array_len(
 ) -> c_int {
     guard(|| {
         // SAFETY: by the contract.
-        let w = unsafe { weights_ref(w) }?;
-        // SAFETY: by the contract.
-        let key = unsafe { c_utf8(key, "key") }?;
-        if out.is_null() {
-            return Err(Fail::null("out"));
-        }
-        let md = w
-            .weights
-            .gguf_metadata()
-            .ok_or_else(|| no_metadata(w, key))?;
+        let (w, key) = unsafe { meta_args(w, key, out.is_null(), "out") }?;
+        let md = gguf_meta(w, key)?;
         let n = md.get_array(key)?.len();
         // SAFETY: by the contract.
         unsafe { put(out, n, "out") }
@@ -913,16 +926,8 @@ pub unsafe extern "C" fn wm_meta_array_str(
 ) -> c_int {
     guard(|| {
         // SAFETY: by the contract.
-        let w = unsafe { weights_ref(w) }?;
-        // SAFETY: by the contract.
-        let key = unsafe { c_utf8(key, "key") }?;
-        if ptr.is_null() {
-            return Err(Fail::null("ptr"));
-        }
-        let md = w
-            .weights
-            .gguf_metadata()
-            .ok_or_else(|| no_metadata(w, key))?;
+        let (w, key) = unsafe { meta_args(w, key, ptr.is_null(), "ptr") }?;
+        let md = gguf_meta(w, key)?;
         let arr = md.get_array(key)?;
         let strings = arr.strings()?;
         let all = {
@@ -947,12 +952,7 @@ pub unsafe extern "C" fn wm_meta_array_str(
         let n = (s.len() - 1) as u64;
         // SAFETY: by the contract. The pointer is into a boxed slice the
         // cache keeps (through its `Arc`), unmoved, until `wm_free`.
-        unsafe { put(ptr, s.as_ptr().cast(), "ptr") }?;
-        if !len.is_null() {
-            // SAFETY: non-null, so valid for a write by the contract.
-            unsafe { put(len, n, "len") }?;
-        }
-        Ok(())
+        unsafe { put_str(ptr, s.as_ptr().cast(), len, n) }
     })
 }
 
