@@ -29,6 +29,7 @@ use crate::mmap::{page_size, Mapping};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CpuBufferType {
     alignment: usize,
+    huge_pages: bool,
 }
 
 impl CpuBufferType {
@@ -39,6 +40,7 @@ impl CpuBufferType {
     pub fn new() -> Self {
         CpuBufferType {
             alignment: Self::DEFAULT_ALIGNMENT,
+            huge_pages: false,
         }
     }
 
@@ -49,7 +51,44 @@ impl CpuBufferType {
     pub fn with_alignment(alignment: usize) -> Result<Self> {
         Ok(CpuBufferType {
             alignment: check_alignment(alignment)?,
+            huge_pages: false,
         })
+    }
+
+    /// Ask for transparent huge pages (`MADV_HUGEPAGE`, Linux) on the
+    /// buffers this type maps (those of at least
+    /// [`CpuBuffer::MAP_THRESHOLD`] bytes). A hint: where the kernel has
+    /// no huge pages to give, or is built without them, the buffer is the
+    /// same, in base pages.
+    ///
+    /// Off by default. Filling a buffer costs the kernel a fault, a zeroing,
+    /// a memory-cgroup charge and an LRU insertion per page, and 2 MiB pages
+    /// pay those once per 512 base pages: run after run, the stream path's
+    /// warm load of the 512 MiB bench model took 105–115 ms against 140 ms
+    /// without. But a virtual machine that hands freed memory back to its
+    /// host (free page reporting, as the machine of those figures does in
+    /// 8 MiB blocks) gives out huge pages the host must fault in again:
+    /// interleaved with other loads there, most runs took 0.4–1.2 s (see
+    /// ARCHITECTURE.md). Turn it on where freed memory is not reported, or
+    /// where fewer TLB misses in compute matter more.
+    ///
+    /// ```
+    /// use weightmap::buffer::{BufferType, CpuBufferType};
+    /// # fn main() -> weightmap::Result<()> {
+    /// let bt = CpuBufferType::new().huge_pages(true);
+    /// assert!(bt.wants_huge_pages());
+    /// let buf = bt.alloc(4 << 20)?; // mapped, advised MADV_HUGEPAGE
+    /// assert_eq!(buf.bytes().len(), 4 << 20);
+    /// # Ok(()) }
+    /// ```
+    pub fn huge_pages(mut self, yes: bool) -> Self {
+        self.huge_pages = yes;
+        self
+    }
+
+    /// Whether [`CpuBufferType::huge_pages`] is on.
+    pub fn wants_huge_pages(&self) -> bool {
+        self.huge_pages
     }
 
     /// Allocate an owned buffer (the concrete type, not boxed).
@@ -57,7 +96,7 @@ impl CpuBufferType {
     /// # Errors
     /// [`Error::Alloc`] if the memory cannot be had.
     pub fn alloc(&self, size: usize) -> Result<CpuBuffer> {
-        CpuBuffer::new(size, self.alignment)
+        CpuBuffer::new(size, self.alignment, self.huge_pages)
     }
 }
 
@@ -216,14 +255,14 @@ impl CpuBuffer {
     /// itself; the mapping frees on drop whatever the allocator would keep.
     pub const MAP_THRESHOLD: usize = 256 << 10;
 
-    fn new(size: usize, alignment: usize) -> Result<CpuBuffer> {
+    fn new(size: usize, alignment: usize, huge_pages: bool) -> Result<CpuBuffer> {
         let alignment = check_alignment(alignment)?;
         let mem = if size == 0 {
             Memory::Empty
         } else if size < Self::MAP_THRESHOLD {
             Memory::Heap(HeapBlock::zeroed(size, alignment)?)
         } else {
-            Self::map(size, alignment)?
+            Self::map(size, alignment, huge_pages)?
         };
         Ok(CpuBuffer {
             mem,
@@ -234,8 +273,8 @@ impl CpuBuffer {
     }
 
     /// An anonymous mapping of `size` bytes (and slack for an alignment
-    /// above the page size).
-    fn map(size: usize, alignment: usize) -> Result<Memory> {
+    /// above the page size), advised `MADV_HUGEPAGE` if `huge_pages`.
+    fn map(size: usize, alignment: usize, huge_pages: bool) -> Result<Memory> {
         let slack = if alignment > page_size() {
             alignment
         } else {
@@ -250,6 +289,14 @@ impl CpuBuffer {
         let map = opts
             .map_anon()
             .map_err(|source| Error::Alloc { size, source })?;
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if huge_pages {
+            // A hint: a kernel without transparent huge pages refuses it
+            // (EINVAL) and the buffer is the same in base pages.
+            let _ = map.advise(memmap2::Advice::HugePage);
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        let _ = huge_pages;
         let addr = map.as_ptr() as usize;
         let start = addr.next_multiple_of(alignment) - addr;
         Ok(Memory::Map { map, start })
@@ -492,7 +539,7 @@ mod tests {
                 CpuBuffer::MAP_THRESHOLD,
             ] {
                 for prefault in [false, true] {
-                    let mut b = CpuBuffer::new(size, alignment).unwrap();
+                    let mut b = CpuBuffer::new(size, alignment, false).unwrap();
                     if prefault {
                         prefault_for_write(b.bytes_mut());
                     }
@@ -536,7 +583,7 @@ mod tests {
     #[test]
     fn prefault_maps_the_whole_pages_it_is_given_and_no_others() {
         let page = page_size();
-        let mut b = CpuBuffer::new(64 * page, page).unwrap();
+        let mut b = CpuBuffer::new(64 * page, page, false).unwrap();
         assert!(b.is_mapped());
         assert_eq!(resident_pages(b.bytes()), 0, "a fresh mapping is lazy");
         // From the middle of page 10 to the middle of page 30: pages 11..30.
@@ -549,6 +596,56 @@ mod tests {
         assert_eq!(resident_pages(b.bytes()), 19);
         // Last, since reading maps every page (to the zero page).
         assert!(b.bytes().iter().all(|&x| x == 0), "contents unchanged");
+    }
+
+    /// The `VmFlags` line of the mapping holding `addr`, from
+    /// /proc/self/smaps.
+    #[cfg(target_os = "linux")]
+    fn vm_flags(addr: usize) -> String {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            let range = line.split(' ').next().unwrap_or("");
+            if let Some((lo, hi)) = range.split_once('-') {
+                if let (Ok(lo), Ok(hi)) =
+                    (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+                {
+                    inside = (lo..hi).contains(&addr);
+                    continue;
+                }
+            }
+            if inside {
+                if let Some(flags) = line.strip_prefix("VmFlags:") {
+                    return flags.trim().to_string();
+                }
+            }
+        }
+        panic!("no mapping holds {addr:#x}");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn huge_pages_advises_the_mapping_and_only_when_asked() {
+        if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
+            return; // a kernel without THP refuses the advice
+        }
+        let size = 8 << 20;
+        let huge = CpuBufferType::new().huge_pages(true).alloc(size).unwrap();
+        let plain = CpuBufferType::new().alloc(size).unwrap();
+        let small = CpuBufferType::new().huge_pages(true).alloc(4096).unwrap();
+        assert!(huge.is_mapped() && plain.is_mapped() && !small.is_mapped());
+        let has_hg = |b: &CpuBuffer| {
+            vm_flags(b.bytes().as_ptr() as usize)
+                .split(' ')
+                .any(|f| f == "hg")
+        };
+        assert!(
+            has_hg(&huge),
+            "{}",
+            vm_flags(huge.bytes().as_ptr() as usize)
+        );
+        assert!(!has_hg(&plain));
+        assert!(huge.bytes().iter().all(|&x| x == 0));
     }
 
     #[test]

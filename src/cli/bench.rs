@@ -33,7 +33,8 @@ memory. The modes (--modes, in this order by default):
 
 and, on request, mmap-sequential (MADV_SEQUENTIAL, no prefetch),
 mmap-populate (read and map every page before returning, as llama.cpp),
-stream-buffered (through the page cache) and stream-direct (O_DIRECT).
+stream-buffered (through the page cache), stream-direct (O_DIRECT) and
+stream-huge (stream into transparent huge pages, --huge-pages).
 
 Runs are interleaved (mmap, mmap-random, ..., mmap, ...) so that drift
 affects all alike; warmup iterations are run the same way and discarded.
@@ -98,6 +99,8 @@ pub enum Kind {
     StreamBuffered,
     /// Streamed, always with O_DIRECT.
     StreamDirect,
+    /// Streamed into a buffer advised MADV_HUGEPAGE.
+    StreamHuge,
     /// One read() of the whole file, then the touch.
     Baseline,
 }
@@ -113,6 +116,7 @@ impl Kind {
             Kind::Stream => "stream",
             Kind::StreamBuffered => "stream-buffered",
             Kind::StreamDirect => "stream-direct",
+            Kind::StreamHuge => "stream-huge",
             Kind::Baseline => "baseline",
         }
     }
@@ -120,7 +124,11 @@ impl Kind {
     fn mapped(self) -> bool {
         !matches!(
             self,
-            Kind::Stream | Kind::StreamBuffered | Kind::StreamDirect | Kind::Baseline
+            Kind::Stream
+                | Kind::StreamBuffered
+                | Kind::StreamDirect
+                | Kind::StreamHuge
+                | Kind::Baseline
         )
     }
 
@@ -140,6 +148,7 @@ impl Kind {
             Kind::Stream => mode("stream", &[]),
             Kind::StreamBuffered => mode("stream", &["--direct-io", "off"]),
             Kind::StreamDirect => mode("stream", &["--direct-io", "on"]),
+            Kind::StreamHuge => mode("stream", &["--huge-pages"]),
         };
         v.push("--json".into());
         if hashes {

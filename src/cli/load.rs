@@ -67,6 +67,10 @@ pub struct Args {
     /// Threads reading copied tensors (0: the available parallelism, at most 4).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// Ask for transparent huge pages (MADV_HUGEPAGE) on the owned
+    /// buffers copied tensors go to.
+    #[arg(long)]
+    huge_pages: bool,
     /// Drop the file from the page cache before loading (a cold start).
     #[arg(long)]
     evict: bool,
@@ -189,7 +193,10 @@ pub fn run(a: &Args) -> CliResult {
         .prefetch(a.prefetch.into())
         .require_all_mapped(a.require_all_mapped)
         .direct_io(a.direct_io.into())
-        .read_threads(a.threads);
+        .read_threads(a.threads)
+        .buffer_type(std::sync::Arc::new(
+            weightmap::buffer::CpuBufferType::new().huge_pages(a.huge_pages),
+        ));
     let pb = super::progress::bar("load");
     let bar = pb.clone();
     let opts = opts.progress(move |done, total| {

@@ -169,8 +169,16 @@ impl ReadSrc<'_> {
     }
 }
 
-/// Bytes one positioned read asks for, at most.
-const PIECE: usize = 8 << 20;
+/// Bytes one buffered read asks for, at most. Each thread prefaults a
+/// piece and then copies into it, so a piece that fits in L2 is still
+/// cached when the copy writes it: on the 512 MiB bench model (warm, 2
+/// cores, 2 MiB of L2 a core) 512 KiB pieces loaded in a median 0.475× the
+/// `read()` baseline over six runs, 2 MiB in 0.49× and 8 MiB in 0.505×.
+const BUFFERED_PIECE: usize = 512 << 10;
+
+/// Bytes one direct read asks for, at most: large requests keep the
+/// device's queue full (nothing is zeroed or copied by the kernel).
+const DIRECT_PIECE: usize = 8 << 20;
 
 /// Read `pieces` (each a destination and the file offset of its first
 /// byte) with `threads` threads, each taking a run of pieces of about equal
@@ -182,7 +190,7 @@ pub(crate) fn read_buffered(
     threads: usize,
     progress: &Progress,
 ) -> Result<()> {
-    // Cut into PIECE-sized reads so threads share large tensors too.
+    // Cut into pieces so threads share large tensors too.
     let oom = |_| Error::OutOfMemory {
         what: "the reads",
         bytes: (pieces.len() as u64).saturating_mul(24),
@@ -190,10 +198,10 @@ pub(crate) fn read_buffered(
     let mut cut: Vec<(&mut [u8], u64)> = Vec::new();
     cut.try_reserve_exact(pieces.len()).map_err(oom)?;
     for (mut dst, mut off) in pieces {
-        while dst.len() > PIECE {
-            let (a, b) = dst.split_at_mut(PIECE);
+        while dst.len() > BUFFERED_PIECE {
+            let (a, b) = dst.split_at_mut(BUFFERED_PIECE);
             crate::alloc::push(&mut cut, (a, off), "the reads")?;
-            off += PIECE as u64;
+            off += BUFFERED_PIECE as u64;
             dst = b;
         }
         crate::alloc::push(&mut cut, (dst, off), "the reads")?;
@@ -300,9 +308,9 @@ pub(crate) fn read_direct(
         };
         let n = dst.len();
         let mut chunks: Vec<(&mut [u8], u64)> = dst
-            .chunks_mut(PIECE)
+            .chunks_mut(DIRECT_PIECE)
             .enumerate()
-            .map(|(i, c)| (c, file_start + (i * PIECE) as u64))
+            .map(|(i, c)| (c, file_start + (i * DIRECT_PIECE) as u64))
             .collect();
         // Probe with the first block: a filesystem that accepts the open
         // may still refuse the read (EINVAL).
