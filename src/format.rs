@@ -286,18 +286,21 @@ pub(crate) fn read_header_at(
                 return Ok((h, bytes));
             }
             Parse::NeedMore { min_len: min } => {
-                // A GGUF header longer than the first read: walk its length
-                // fields for its exact end, once, and read that much.
-                let exact = if have == 0 && bytes.starts_with(&gguf::MAGIC) {
-                    gguf::scan::header_len(file, base, file_len).filter(|&n| n > want)
-                } else {
-                    None
-                };
+                // A GGUF header longer than the first read: its key/value
+                // section is read whole (to its exact end, found by a walk
+                // over its length fields) and its descriptors through a
+                // window, so the header is never held whole beside the
+                // table made from it.
+                if have == 0 && bytes.starts_with(&gguf::MAGIC) {
+                    let kv_end = gguf::scan::kv_len(file, base, file_len);
+                    let (h, kv) = gguf::read_windowed(bytes, file_len, kv_end, |buf, off| {
+                        read_at(file, buf, base + off).map_err(|e| Error::io("read", path, e))
+                    })?;
+                    return Ok((Header::Gguf(h), kv));
+                }
                 // Otherwise grow geometrically, so a huge header costs O(n)
                 // reads and O(n log n) re-parsing at worst; never past the file.
-                want = exact
-                    .unwrap_or_else(|| min.max(want.saturating_mul(2)))
-                    .min(file_len);
+                want = min.max(want.saturating_mul(2)).min(file_len);
                 if want <= bytes.len() as u64 {
                     // The parser asked for no more than it has: cannot happen,
                     // but never loop forever on it.

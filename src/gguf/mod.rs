@@ -22,6 +22,7 @@ pub use crate::format::Parse;
 pub use metadata::{
     Array, ArrayElem, GgufStr, MetaInt, Metadata, StrIter, Value, ValueType, ARCHITECTURE_KEY,
 };
+pub(crate) use parse::read_windowed;
 pub use parse::GgufHeader;
 
 use crate::error::Result;

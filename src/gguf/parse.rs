@@ -65,6 +65,7 @@ impl GgufHeader {
         let mut cur = Cursor {
             b: prefix,
             pos: 0,
+            base: 0,
             file_len,
         };
         match parse_inner(&mut cur) {
@@ -134,15 +135,24 @@ impl From<Error> for Stop {
 
 type PResult<T> = std::result::Result<T, Stop>;
 
+/// Bytes of the file from offset `base` on, read from `pos`.
 struct Cursor<'a> {
     b: &'a [u8],
     pos: usize,
+    /// The file offset of `b[0]`: 0, except for the windows of
+    /// [`read_windowed`].
+    base: u64,
     file_len: u64,
 }
 
 impl<'a> Cursor<'a> {
+    /// The file offset of the next byte.
+    fn at(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+
     fn remaining_in_file(&self) -> u64 {
-        self.file_len.saturating_sub(self.pos as u64)
+        self.file_len.saturating_sub(self.at())
     }
 
     #[inline]
@@ -154,10 +164,11 @@ impl<'a> Cursor<'a> {
                 self.pos = end as usize;
                 Ok(s)
             }
-            Some(end) if end <= self.file_len => Err(Stop::More(end)),
+            // `base + b.len() <= file_len`, so no overflow.
+            Some(end) if self.base + end <= self.file_len => Err(Stop::More(self.base + end)),
             _ => Err(Stop::Err(Error::Truncated {
                 what: what(),
-                offset: self.pos as u64,
+                offset: self.at(),
                 needed: n,
                 file_len: self.file_len,
             })),
@@ -184,7 +195,28 @@ fn align_up(x: u64, a: u64) -> Option<u64> {
     x.checked_add(a - 1).map(|v| v & !(a - 1))
 }
 
+/// What comes before the tensor descriptors.
+struct Head {
+    version: u32,
+    n_tensors: u64,
+    alignment: u64,
+    kvs: Vec<KvEntry>,
+    kv_sorted: Vec<u32>,
+}
+
 fn parse_inner(cur: &mut Cursor<'_>) -> PResult<GgufHeader> {
+    let head = parse_head(cur)?;
+    // Room for as many entries as the bytes at hand can hold, at most.
+    let at_hand = (cur.b.len() - cur.pos) as u64 / MIN_TENSOR_BYTES;
+    let mut table = TableBuilder::new(false, head.n_tensors.min(at_hand) as usize)?;
+    for i in 0..head.n_tensors {
+        parse_tensor(cur, i, head.alignment, &mut table)?;
+    }
+    Ok(finish(head, table, cur.at(), cur.file_len)?)
+}
+
+/// The magic, version, counts and key/value pairs, with the alignment.
+fn parse_head(cur: &mut Cursor<'_>) -> PResult<Head> {
     let magic = cur.take(4, || "magic".into())?;
     if magic != MAGIC {
         let mut found = [0u8; 4];
@@ -273,34 +305,163 @@ fn parse_inner(cur: &mut Cursor<'_>) -> PResult<GgufHeader> {
         alignment = a;
     }
 
-    // ---- tensor descriptors ----
-    // Room for as many entries as the bytes at hand can hold, at most.
-    let at_hand = (cur.b.len() - cur.pos) as u64 / MIN_TENSOR_BYTES;
-    let mut table = TableBuilder::new(false, n_tensors.min(at_hand) as usize)?;
-    for i in 0..n_tensors {
-        parse_tensor(cur, i, alignment, &mut table)?;
-    }
-    let header_len = cur.pos as u64;
-    let data_offset = align_up(header_len, alignment).ok_or(Error::TensorSizeOverflow {
+    Ok(Head {
+        version,
+        n_tensors,
+        alignment,
+        kvs,
+        kv_sorted,
+    })
+}
+
+/// The header whose descriptors (in `table`) end at `header_len`.
+fn finish(head: Head, table: TableBuilder, header_len: u64, file_len: u64) -> Result<GgufHeader> {
+    let data_offset = align_up(header_len, head.alignment).ok_or(Error::TensorSizeOverflow {
         tensor: String::new(),
         what: "data offset",
     })?;
-
     // Place in the file and check bounds (llama.cpp's rule: the tensor's end,
     // not its padding, must lie within the file); then index the names.
-    let tensors = table.finish(data_offset, cur.file_len)?;
+    let tensors = table.finish(data_offset, file_len)?;
     tensors.check_overlap()?;
-
     Ok(GgufHeader {
-        version,
-        alignment,
+        version: head.version,
+        alignment: head.alignment,
         header_len,
         data_offset,
-        file_len: cur.file_len,
-        kvs,
-        kv_sorted,
+        file_len,
+        kvs: head.kvs,
+        kv_sorted: head.kv_sorted,
         tensors,
     })
+}
+
+/// Bytes of descriptors [`read_windowed`] reads at a time.
+const WINDOW: usize = 1 << 20;
+
+/// Read and validate a GGUF header of a `file_len`-byte file without
+/// holding its tensor descriptors: the key/value section is read whole
+/// (`bytes`, the first bytes of the file, grows to its end; `kv_end`, if
+/// known, is where it ends), the descriptors through a window of
+/// [`WINDOW`] bytes, each copied into the table as it is parsed. Returns
+/// the header and the key/value section's bytes (what
+/// [`GgufHeader::metadata_in`] needs). `read(buf, offset)` fills `buf`
+/// from the file.
+///
+/// The checks, and the errors, are those of [`GgufHeader::parse`] on the
+/// whole file. A million descriptors take 58 MiB of header; read this way
+/// they cost only the table, not the table and the bytes it came from.
+///
+/// # Errors
+/// As [`GgufHeader::parse`], and what `read` returns.
+pub(crate) fn read_windowed(
+    bytes: Vec<u8>,
+    file_len: u64,
+    kv_end: Option<u64>,
+    read: impl FnMut(&mut [u8], u64) -> Result<()>,
+) -> Result<(GgufHeader, Vec<u8>)> {
+    read_windowed_by(WINDOW, bytes, file_len, kv_end, read)
+}
+
+/// [`read_windowed`] with windows of `window` bytes.
+fn read_windowed_by(
+    window_len: usize,
+    mut bytes: Vec<u8>,
+    file_len: u64,
+    kv_end: Option<u64>,
+    mut read: impl FnMut(&mut [u8], u64) -> Result<()>,
+) -> Result<(GgufHeader, Vec<u8>)> {
+    // Grow the prefix to the key/value section's end (exactly, when known).
+    let (head, kv_len) = loop {
+        let mut cur = Cursor {
+            b: &bytes,
+            pos: 0,
+            base: 0,
+            file_len,
+        };
+        let min = match parse_head(&mut cur) {
+            Ok(head) => break (head, cur.pos),
+            Err(Stop::Err(e)) => return Err(e),
+            Err(Stop::More(min)) => min,
+        };
+        let have = bytes.len() as u64;
+        let want = kv_end
+            .filter(|&k| k >= min)
+            .unwrap_or_else(|| min.max(have.saturating_mul(2)))
+            .min(file_len);
+        if want <= have {
+            // The parser asked for no more than it has: cannot happen, but
+            // never loop forever on it.
+            return Err(Error::Truncated {
+                what: "header".into(),
+                offset: have,
+                needed: min.saturating_sub(have),
+                file_len,
+            });
+        }
+        grow(&mut bytes, want, &mut read)?;
+    };
+    bytes.truncate(kv_len);
+    bytes.shrink_to_fit();
+
+    // The descriptors, window by window; one cut by the window's end is
+    // parsed again from its start in the next.
+    let mut table = TableBuilder::new(
+        false,
+        head.n_tensors.min(window_len as u64 / MIN_TENSOR_BYTES) as usize,
+    )?;
+    let mut window: Vec<u8> = Vec::new();
+    let (mut at, mut i) = (kv_len as u64, 0u64);
+    let mut size = window_len as u64;
+    while i < head.n_tensors {
+        window.clear();
+        grow(&mut window, size.min(file_len - at), &mut |buf, off| {
+            read(buf, at + off)
+        })?;
+        let mut cur = Cursor {
+            b: &window,
+            pos: 0,
+            base: at,
+            file_len,
+        };
+        let mut cut = None;
+        while i < head.n_tensors {
+            let start = cur.pos;
+            match parse_tensor(&mut cur, i, head.alignment, &mut table) {
+                Ok(()) => i += 1,
+                Err(Stop::Err(e)) => return Err(e),
+                Err(Stop::More(end)) => {
+                    cut = Some((start, end));
+                    break;
+                }
+            }
+        }
+        match cut {
+            None => at = cur.at(),
+            // Not even one descriptor fit (it cannot, legitimately: a
+            // name is at most 63 bytes): a window large enough for it.
+            Some((0, end)) => size = size.max(end - at),
+            Some((start, _)) => at += start as u64,
+        }
+    }
+    Ok((finish(head, table, at, file_len)?, bytes))
+}
+
+/// Extend `v` to `len` bytes (from its length now), read with `read` at
+/// the offset of the first new byte.
+fn grow(
+    v: &mut Vec<u8>,
+    len: u64,
+    read: &mut impl FnMut(&mut [u8], u64) -> Result<()>,
+) -> Result<()> {
+    let have = v.len();
+    let len = usize::try_from(len).map_err(|_| Error::OutOfMemory {
+        what: "the header",
+        bytes: len,
+    })?;
+    alloc::reserve(v, len - have, "the header")?;
+    v.resize(len, 0);
+    read(&mut v[have..], have as u64)
 }
 
 /// Indices `0..n` sorted by `cmp`, as u32 (tables are bounded by the file size,
@@ -423,7 +584,7 @@ fn parse_tensor(
     alignment: u64,
     table: &mut TableBuilder,
 ) -> PResult<()> {
-    let name_at = cur.pos as u64;
+    let name_at = cur.at();
     let len = cur.u64(|| format!("name length of tensor {i}"))?;
     if len > MAX_NAME_LEN {
         return Err(Error::TensorNameTooLong {
@@ -501,4 +662,115 @@ fn parse_tensor(
     // Indexed by name (and a repeat found) once all are read.
     table.push_unindexed(name, ty, dims, offset, nbytes)?;
     Ok(())
+}
+
+#[cfg(all(test, feature = "write"))]
+mod tests {
+    use super::*;
+    use crate::gguf::write::Writer;
+
+    /// `read_windowed_by(window)` of `bytes`, from its first `first` bytes.
+    fn windowed(
+        bytes: &[u8],
+        window: usize,
+        first: usize,
+        hint: bool,
+    ) -> Result<(GgufHeader, Vec<u8>)> {
+        let len = bytes.len() as u64;
+        let kv_end = if hint {
+            GgufHeader::parse(bytes).ok().map(|h| {
+                let d = h.tensors();
+                // Where the first descriptor starts: the end of the last
+                // key/value pair, which `metadata_in` reads up to.
+                h.header_len()
+                    - d.iter()
+                        .map(|t| 8 + t.name.len() as u64 + 4 + 8 * t.shape.len() as u64 + 12)
+                        .sum::<u64>()
+            })
+        } else {
+            None
+        };
+        let first = bytes[..first.min(bytes.len())].to_vec();
+        read_windowed_by(window, first, len, kv_end, |buf, off| {
+            let off = off as usize;
+            buf.copy_from_slice(&bytes[off..off + buf.len()]);
+            Ok(())
+        })
+    }
+
+    fn model(n: usize) -> Vec<u8> {
+        let mut w = Writer::new(32);
+        w.kv_str("general.architecture", "llama");
+        let tokens: Vec<String> = (0..200).map(|i| format!("tok{i}")).collect();
+        w.kv_str_array("tokenizer.ggml.tokens", &tokens);
+        for i in 0..n {
+            let name = format!("blk.{i}.{}", "w".repeat(i % 13));
+            w.tensor(
+                &name,
+                crate::TensorType::F32,
+                &[4, (i % 3 + 1) as u64],
+                vec![1; 16 * (i % 3 + 1)],
+            );
+        }
+        w.to_bytes()
+    }
+
+    #[test]
+    fn windows_give_the_header_the_whole_bytes_give() {
+        let bytes = model(300);
+        let whole = GgufHeader::parse(&bytes).unwrap();
+        for window in [1, 7, 40, 64, 119, 1000, 1 << 20] {
+            for (first, hint) in [(24, false), (100, true), (4096, false), (bytes.len(), true)] {
+                let (h, kv) = windowed(&bytes, window, first, hint).unwrap();
+                assert_eq!(h.tensors(), whole.tensors(), "window {window}");
+                assert_eq!(
+                    (h.header_len(), h.data_offset(), h.alignment(), h.version()),
+                    (
+                        whole.header_len(),
+                        whole.data_offset(),
+                        whole.alignment(),
+                        whole.version()
+                    )
+                );
+                let (a, b) = (h.metadata_in(&kv), whole.metadata_in(&bytes));
+                assert_eq!(a.len(), b.len());
+                for (x, y) in a.iter().zip(b.iter()) {
+                    assert_eq!(format!("{x:?}"), format!("{y:?}"));
+                }
+                assert!(
+                    kv.len() < whole.header_len() as usize,
+                    "no descriptors kept"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn windows_give_the_error_the_whole_bytes_give() {
+        let bytes = model(40);
+        let h = GgufHeader::parse(&bytes).unwrap();
+        let header = h.header_len() as usize;
+        let check = |b: &[u8]| {
+            let whole = GgufHeader::parse(b).map(|_| ()).map_err(|e| e.to_string());
+            for window in [1, 33, 256] {
+                let w = windowed(b, window, 24, false)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string());
+                assert_eq!(w, whole, "window {window}");
+            }
+        };
+        // Cut anywhere in the header.
+        for cut in (0..header).step_by(7) {
+            check(&bytes[..cut]);
+        }
+        // Any byte of the descriptors changed.
+        let start = header - 40 * 30;
+        for at in (start..header).step_by(3) {
+            for v in [0u8, 0x41, 0xff] {
+                let mut b = bytes.clone();
+                b[at] = v;
+                check(&b);
+            }
+        }
+    }
 }

@@ -1,12 +1,12 @@
-//! The length of a GGUF header, found by walking its length fields through
-//! a small buffer, without keeping what is read.
+//! Where a GGUF header's key/value section ends, found by walking its
+//! length fields through a small buffer, without keeping what is read.
 //!
-//! A header is read into memory before it is parsed. Growing the read
-//! geometrically until the parse completes overshoots the header by up to
-//! its own size (a 44 MB header of a million tensors was read as 67 MB);
-//! walking it first costs one buffered pass over the same bytes and lets
-//! the read be exact. Anything odd stops the walk: the parser, which runs
-//! next either way, is the one that says what is wrong.
+//! The key/value section is read into memory whole before it is parsed (its
+//! descriptors are read through a window after it). Growing the read
+//! geometrically until the parse completes overshoots by up to the
+//! section's own size; walking it first costs one buffered pass over the
+//! same bytes and lets the read be exact. Anything odd stops the walk: the
+//! parser, which runs next either way, is the one that says what is wrong.
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
@@ -91,11 +91,10 @@ impl Walk<'_> {
     }
 }
 
-/// The length of the GGUF header (magic through the last tensor
-/// descriptor, before the alignment padding) of the `len`-byte model at
-/// `base` in `file`, or `None` where the walk meets anything it does not
-/// expect.
-pub(crate) fn header_len(file: &File, base: u64, len: u64) -> Option<u64> {
+/// Where the key/value section of the GGUF header of the `len`-byte model
+/// at `base` in `file` ends (the first tensor descriptor's offset), or
+/// `None` where the walk meets anything it does not expect.
+pub(crate) fn kv_len(file: &File, base: u64, len: u64) -> Option<u64> {
     let mut w = Walk {
         r: BufReader::with_capacity(64 << 10, At { file, pos: base }),
         pos: 0,
@@ -136,14 +135,6 @@ pub(crate) fn header_len(file: &File, base: u64, len: u64) -> Option<u64> {
             fixed => w.skip(fixed.fixed_size()?)?,
         }
     }
-    for _ in 0..n_tensors {
-        w.string()?; // the name
-        let n_dims = w.u32()?;
-        if n_dims > 4 {
-            return None;
-        }
-        w.skip(u64::from(n_dims) * 8 + 4 + 8)?; // dims, type, offset
-    }
     Some(w.pos)
 }
 
@@ -161,7 +152,7 @@ mod tests {
     }
 
     #[test]
-    fn the_walk_ends_where_the_parser_does() {
+    fn the_walk_ends_where_the_descriptors_begin() {
         let mut w = Writer::new(64);
         w.kv_str("general.architecture", "llama");
         let tokens: Vec<String> = (0..5000).map(|i| format!("tok{i}")).collect();
@@ -173,28 +164,28 @@ mod tests {
         let bytes = w.to_bytes();
         let h = crate::gguf::GgufHeader::parse(&bytes).unwrap();
         let f = file_of(&bytes);
-        assert_eq!(
-            header_len(f.as_file(), 0, bytes.len() as u64),
-            Some(h.header_len())
-        );
+        // The first descriptor: 300 of them end the header, each a name
+        // length, a name, n_dims, 2 dims, a type and an offset.
+        let descriptors: u64 = (0..300)
+            .map(|i| 8 + format!("blk.{i}.w").len() as u64 + 4 + 16 + 4 + 8)
+            .sum();
+        let kv = h.header_len() - descriptors;
+        assert_eq!(kv_len(f.as_file(), 0, bytes.len() as u64), Some(kv));
         // At an offset inside a larger file, as for a file range.
         let mut padded = vec![7u8; 4096];
         padded.extend_from_slice(&bytes);
         let f = file_of(&padded);
-        assert_eq!(
-            header_len(f.as_file(), 4096, bytes.len() as u64),
-            Some(h.header_len())
-        );
+        assert_eq!(kv_len(f.as_file(), 4096, bytes.len() as u64), Some(kv));
         // Cut short: no length.
-        let cut = h.header_len() - 1;
+        let cut = kv - 1;
         let f = file_of(&bytes[..cut as usize]);
-        assert_eq!(header_len(f.as_file(), 0, cut), None);
+        assert_eq!(kv_len(f.as_file(), 0, cut), None);
         // Not GGUF, or a count the file cannot hold: no length.
         let f = file_of(b"GGUX and more bytes than that");
-        assert_eq!(header_len(f.as_file(), 0, 28), None);
+        assert_eq!(kv_len(f.as_file(), 0, 28), None);
         let mut huge = bytes.clone();
         huge[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
         let f = file_of(&huge);
-        assert_eq!(header_len(f.as_file(), 0, huge.len() as u64), None);
+        assert_eq!(kv_len(f.as_file(), 0, huge.len() as u64), None);
     }
 }
