@@ -876,3 +876,30 @@ fn gen_shards_writes_split_models_that_load_like_the_whole() {
     assert_eq!(hashes(&a), hashes(&c));
     assert_eq!(hashes(&b), hashes(&c));
 }
+
+/// The read() baseline bench holds the stream path to reads every file of
+/// a sharded model, as `load` does, not only the one named.
+#[test]
+fn read_baseline_reads_every_file_of_a_model() {
+    let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+    let dir = testdata("shards");
+    let split: u64 = (1..=3)
+        .map(|i| size(&dir.join(format!("split-{i:05}-of-00003.gguf"))))
+        .sum();
+    let hf: u64 = (1..=2)
+        .map(|i| size(&dir.join(format!("hf/model-{i:05}-of-00002.safetensors"))))
+        .sum();
+    let second = dir.join("split-00002-of-00003.gguf");
+    let index = dir.join("hf/model.safetensors.index.json");
+    let single = testdata("tiny-llama.gguf");
+    for (path, bytes) in [
+        (second.as_path(), split),
+        (index.as_path(), hf),
+        (dir.join("hf").as_path(), hf),
+        (single.as_path(), size(&single)),
+    ] {
+        let v = run_json(&["read-baseline", p(path), "--json", "--touch"]);
+        assert_eq!(v["bytes"], bytes, "{}", path.display());
+        assert!(v["ready_ms"].as_f64().unwrap() >= v["load_ms"].as_f64().unwrap());
+    }
+}

@@ -1,6 +1,8 @@
 //! `weightmap read-baseline FILE --json` (hidden): read the whole file into
 //! one buffer with a plain sequential read, the yardstick `bench` holds the
-//! stream path to.
+//! stream path to. For a model of several files (a split GGUF, a sharded
+//! safetensors index), each file into a buffer of its own, one after the
+//! other: what a runtime without weightmap would do.
 
 use std::fs::File;
 use std::io::Read;
@@ -16,7 +18,8 @@ use super::{emit, round3, CliError, CliResult};
 /// Arguments of `read-baseline`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The file to read.
+    /// The file to read (any shard of a split GGUF, a safetensors index or
+    /// its directory: every file of the model).
     file: PathBuf,
     /// Print JSON (the only output; accepted for symmetry with `load`).
     #[arg(long)]
@@ -30,31 +33,37 @@ pub struct Args {
 }
 
 pub fn run(a: &Args) -> CliResult {
-    let path = a.file.display();
+    // Which files, before the clock starts (as `load` resolves them too).
+    let files: Vec<PathBuf> = match weightmap::WeightsHeader::read_model(&a.file) {
+        Ok(m) => m.files.into_iter().map(|(p, _)| p).collect(),
+        // Not a model weightmap reads: the file itself, as before.
+        Err(_) => vec![a.file.clone()],
+    };
     let resident_before = if a.evict {
-        Some(super::load::evict(&a.file)?)
+        let mut sum = 0.0;
+        for f in &files {
+            sum += super::load::evict(f)?;
+        }
+        Some(sum / files.len() as f64)
     } else {
         None
     };
     let faults0 = Faults::read();
     let t0 = Instant::now();
-    let mut f = File::open(&a.file).map_err(|e| CliError::msg(format!("open {path}: {e}")))?;
-    let len = f
-        .metadata()
-        .map_err(|e| CliError::msg(format!("stat {path}: {e}")))?
-        .len();
-    let len =
-        usize::try_from(len).map_err(|_| CliError::msg(format!("{path}: too large to read")))?;
-    let mut buf = vec![0u8; len];
-    f.read_exact(&mut buf)
-        .map_err(|e| CliError::msg(format!("read {path}: {e}")))?;
+    let mut bufs = Vec::with_capacity(files.len());
+    for file in &files {
+        bufs.push(read_whole(file)?);
+    }
+    let len: usize = bufs.iter().map(Vec::len).sum();
     let elapsed = t0.elapsed();
     let mem = MemStatus::read();
-    std::hint::black_box(&buf);
+    std::hint::black_box(&bufs);
     let load_ms = elapsed.as_secs_f64() * 1e3;
     let touch_ms = a.touch.then(|| {
         let t1 = Instant::now();
-        touch(&buf);
+        for buf in &bufs {
+            touch(buf);
+        }
         t1.elapsed().as_secs_f64() * 1e3
     });
     let faults = match (faults0, Faults::read()) {
@@ -79,4 +88,20 @@ pub fn run(a: &Args) -> CliResult {
     });
     // One line: only `bench` reads this.
     emit(&format!("{out}\n"))
+}
+
+/// The whole of `file`, in one `read_exact`.
+fn read_whole(file: &std::path::Path) -> CliResult<Vec<u8>> {
+    let path = file.display();
+    let mut f = File::open(file).map_err(|e| CliError::msg(format!("open {path}: {e}")))?;
+    let len = f
+        .metadata()
+        .map_err(|e| CliError::msg(format!("stat {path}: {e}")))?
+        .len();
+    let len =
+        usize::try_from(len).map_err(|_| CliError::msg(format!("{path}: too large to read")))?;
+    let mut buf = vec![0u8; len];
+    f.read_exact(&mut buf)
+        .map_err(|e| CliError::msg(format!("read {path}: {e}")))?;
+    Ok(buf)
 }

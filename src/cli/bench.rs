@@ -29,7 +29,8 @@ memory. The modes (--modes, in this order by default):
   mmap-normal   mapped, MADV_NORMAL over the whole region, no prefetch
                 (the kernel's default read-ahead)
   stream        read into one owned buffer
-  baseline      one read() of the whole file into one Vec, then the touch
+  baseline      one read() of each file of the model into a Vec of its
+                own, then the touch
 
 and, on request, mmap-sequential (MADV_SEQUENTIAL, no prefetch),
 mmap-populate (read and map every page before returning, as llama.cpp),
@@ -101,7 +102,7 @@ pub enum Kind {
     StreamDirect,
     /// Streamed into a buffer advised MADV_HUGEPAGE.
     StreamHuge,
-    /// One read() of the whole file, then the touch.
+    /// One read() of each whole file of the model, then the touch.
     Baseline,
 }
 
