@@ -93,6 +93,20 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 
+    // Descriptors read through a window give what the whole bytes give.
+    let whole = GgufHeader::parse(data);
+    let window = 1 + data.first().copied().unwrap_or(0) as usize;
+    match (&whole, weightmap::gguf::read_windowed_for_fuzzing(data, window)) {
+        (Ok(a), Ok((b, kv))) => {
+            assert_eq!(a.tensors(), b.tensors());
+            assert_eq!(a.header_len(), b.header_len());
+            assert_eq!(a.kv_count(), b.kv_count());
+            walk_metadata(&b.metadata_in(&kv));
+        }
+        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+        (a, b) => panic!("whole {:?} but windowed {:?}", a.is_ok(), b.is_ok()),
+    }
+
     if let Ok(h) = SafetensorsHeader::parse(data) {
         check_tensors(h.tensors(), len);
         std::hint::black_box(h.metadata().len());

@@ -23,6 +23,8 @@ pub use metadata::{
     Array, ArrayElem, GgufStr, MetaInt, Metadata, StrIter, Value, ValueType, ARCHITECTURE_KEY,
 };
 pub(crate) use parse::read_windowed;
+#[doc(hidden)]
+pub use parse::read_windowed_for_fuzzing;
 pub use parse::GgufHeader;
 
 use crate::error::Result;

@@ -363,6 +363,33 @@ pub(crate) fn read_windowed(
     read_windowed_by(WINDOW, bytes, file_len, kv_end, read)
 }
 
+/// [`read_windowed`] of `bytes`, a whole file, from its first 24 bytes
+/// and with windows of `window` bytes: for the fuzz target that holds it to
+/// [`GgufHeader::parse`]. Not part of the API.
+#[doc(hidden)]
+pub fn read_windowed_for_fuzzing(bytes: &[u8], window: usize) -> Result<(GgufHeader, Vec<u8>)> {
+    let first = bytes[..bytes.len().min(24)].to_vec();
+    read_windowed_by(
+        window.max(1),
+        first,
+        bytes.len() as u64,
+        None,
+        |buf, off| {
+            let src = usize::try_from(off)
+                .ok()
+                .and_then(|o| bytes.get(o..o.checked_add(buf.len())?))
+                .ok_or_else(|| Error::Truncated {
+                    what: "read".into(),
+                    offset: off,
+                    needed: buf.len() as u64,
+                    file_len: bytes.len() as u64,
+                })?;
+            buf.copy_from_slice(src);
+            Ok(())
+        },
+    )
+}
+
 /// [`read_windowed`] with windows of `window` bytes.
 fn read_windowed_by(
     window_len: usize,

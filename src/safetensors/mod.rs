@@ -287,15 +287,18 @@ fn parse_json(json: &[u8], header_len: u64, file_len: u64) -> Result<Safetensors
     // overlaps rejected above, what is left for it to find is a gap (or a
     // zero-size tensor inside another's bytes). Same message as the crate.
     let mut data_end = 0u64;
-    for t in &tensors {
-        if t.offset != data_end {
+    for i in 0..tensors.len() {
+        // From the entry alone: no descriptor view a tensor.
+        let r = tensors.file_range(i);
+        let offset = r.start - data_offset;
+        if offset != data_end {
             return Err(header_err(format!(
                 "invalid offset for tensor `{}`",
-                t.name
+                tensors.name(i)
             )));
         }
         // Checked against data_len per tensor: no overflow.
-        data_end = t.offset + t.nbytes;
+        data_end = offset + (r.end - r.start);
     }
     if data_end != bounds.data_len {
         return Err(header_err(format!(
