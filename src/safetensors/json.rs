@@ -80,13 +80,7 @@ pub(super) fn parse(text: &str, bounds: Bounds) -> Result<Parsed> {
 /// The strict pass: `Ok(None)` when the header is not valid (the lenient
 /// pass says why), an error only for a failed allocation.
 fn parse_valid(text: &str, bounds: Bounds) -> Result<Option<Parsed>> {
-    let mut b = Builder {
-        bounds,
-        tensors: TableBuilder::new(true, 0)?,
-        metadata: None,
-        seen_metadata: false,
-        problems: Problems::default(),
-    };
+    let mut b = Builder::new(bounds)?;
     let mut de = serde_json::Deserializer::from_str(text);
     let read = de
         .deserialize_map(Strict {
@@ -107,13 +101,7 @@ fn parse_valid(text: &str, bounds: Bounds) -> Result<Option<Parsed>> {
 /// The lenient pass: reads everything, and reports the error of highest
 /// precedence (see the module's documentation).
 fn parse_lenient(text: &str, bounds: Bounds) -> Result<Parsed> {
-    let mut b = Builder {
-        bounds,
-        tensors: TableBuilder::new(true, 0)?,
-        metadata: None,
-        seen_metadata: false,
-        problems: Problems::default(),
-    };
+    let mut b = Builder::new(bounds)?;
     let mut de = serde_json::Deserializer::from_str(text);
     let read = de.deserialize_map(&mut b).and_then(|()| de.end());
     let Problems {
@@ -343,6 +331,17 @@ struct Builder {
 }
 
 impl Builder {
+    /// An empty table for a header within `bounds`.
+    fn new(bounds: Bounds) -> Result<Builder> {
+        Ok(Builder {
+            bounds,
+            tensors: TableBuilder::new(true, 0)?,
+            metadata: None,
+            seen_metadata: false,
+            problems: Problems::default(),
+        })
+    }
+
     /// Add the entry of the tensor `name` (of hash `hash`, from
     /// [`TableBuilder::hash`]), as read.
     fn add(&mut self, name: &str, hash: u32, found: Lenient<Entry>) -> Result<()> {
