@@ -62,9 +62,9 @@ pub(super) struct Parsed {
 /// the first thing that is not right; a header it accepts is valid, and
 /// its table is the answer. Only when it gives up does the lenient pass
 /// (below) read the whole text again to find which error to report, so a
-/// valid header is read once and an invalid one at most twice. The strict
-/// pass runs 2.3 times as fast on a million entries (its values are read
-/// by type, not through `deserialize_any`).
+/// valid header is read once and an invalid one at most twice. Its values
+/// are read by type, not through `deserialize_any`: a million-entry load
+/// took 378 ms with it, 525 ms with the lenient pass alone.
 ///
 /// # Errors
 /// [`Error::SafetensorsHeader`] for invalid JSON or a malformed entry,
