@@ -542,6 +542,24 @@ pub unsafe extern "C" fn wm_tensor_count(w: *const wm_weights) -> u64 {
 }
 
 /// Tensor `i` of `w`, or a bad-argument failure naming the range.
+/// What every per-tensor call with an output starts from: tensor `i` of
+/// `w`, once the output pointer is known not to be NULL (`out_is_null`).
+///
+/// # Safety
+/// As [`weights_ref`].
+unsafe fn tensor_args<'a>(
+    w: *const wm_weights,
+    i: u64,
+    out_is_null: bool,
+) -> Result<weightmap::TensorRef<'a>, Fail> {
+    // SAFETY: forwarded to the caller.
+    let w = unsafe { weights_ref(w) }?;
+    if out_is_null {
+        return Err(Fail::null("out"));
+    }
+    tensor_of(w, i)
+}
+
 fn tensor_of(w: &wm_weights, i: u64) -> Result<weightmap::TensorRef<'_>, Fail> {
     usize::try_from(i)
         .ok()
@@ -682,11 +700,7 @@ pub unsafe extern "C" fn wm_tensor_is_mapped(
 ) -> c_int {
     guard(|| {
         // SAFETY: by the contract.
-        let w = unsafe { weights_ref(w) }?;
-        if out.is_null() {
-            return Err(Fail::null("out"));
-        }
-        let t = tensor_of(w, i)?;
+        let t = unsafe { tensor_args(w, i, out.is_null()) }?;
         let mapped = t.placement_kind() == weightmap::PlacementKind::Mapped;
         // SAFETY: by the contract.
         unsafe { put(out, c_int::from(mapped), "out") }
@@ -716,11 +730,7 @@ pub unsafe extern "C" fn wm_tensor_dequantize(
 ) -> c_int {
     guard(|| {
         // SAFETY: by the contract.
-        let w = unsafe { weights_ref(w) }?;
-        if out.is_null() {
-            return Err(Fail::null("out"));
-        }
-        let t = tensor_of(w, i)?;
+        let t = unsafe { tensor_args(w, i, out.is_null()) }?;
         let n = usize::try_from(out_len)
             .map_err(|_| Fail::new(WM_ERR_BAD_ARGUMENT, "out_len does not fit in memory"))?;
         // SAFETY: the caller promises `out` is valid for `out_len` floats,
