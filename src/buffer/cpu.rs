@@ -68,8 +68,9 @@ impl CpuBufferType {
     /// without. But a virtual machine that hands freed memory back to its
     /// host (free page reporting, as the machine of those figures does in
     /// 8 MiB blocks) gives out huge pages the host must fault in again:
-    /// interleaved with other loads there, most runs took 0.4–1.2 s (see
-    /// ARCHITECTURE.md). Turn it on where freed memory is not reported, or
+    /// interleaved with other loads there, runs were erratic (a median of
+    /// 157 ms on 512 MiB but up to 0.85 s; a median of 1.0 s on 1 GiB
+    /// against 0.27 s without; see ARCHITECTURE.md). Turn it on where freed memory is not reported, or
     /// where fewer TLB misses in compute matter more.
     ///
     /// ```
