@@ -253,6 +253,26 @@ pub(crate) fn read_header(
 
 /// [`read_header`] for a model of `file_len` bytes that starts at `base` in
 /// a larger file: every offset is relative to `base`.
+/// Extend `v` to `len` bytes (from its length now), filled by `read` with
+/// the bytes from the offset of its first new byte (`read(buf, offset)`).
+///
+/// # Errors
+/// [`Error::OutOfMemory`], and what `read` returns.
+pub(crate) fn read_more(
+    v: &mut Vec<u8>,
+    len: u64,
+    read: &mut impl FnMut(&mut [u8], u64) -> Result<()>,
+) -> Result<()> {
+    let have = v.len();
+    let len = usize::try_from(len).map_err(|_| Error::OutOfMemory {
+        what: "the header",
+        bytes: len,
+    })?;
+    crate::alloc::reserve(v, len.saturating_sub(have), "the header")?;
+    v.resize(len.max(have), 0);
+    read(&mut v[have..], have as u64)
+}
+
 pub(crate) fn read_header_at(
     file: &File,
     base: u64,
@@ -263,16 +283,15 @@ pub(crate) fn read_header_at(
     let mut want = file_len.min(FIRST_READ);
     loop {
         let have = bytes.len();
-        let want_usize = usize::try_from(want).map_err(|_| Error::Truncated {
+        usize::try_from(want).map_err(|_| Error::Truncated {
             what: "header".into(),
             offset: 0,
             needed: want,
             file_len,
         })?;
-        crate::alloc::reserve(&mut bytes, want_usize - have, "the header")?;
-        bytes.resize(want_usize, 0);
-        read_at(file, &mut bytes[have..], base + have as u64)
-            .map_err(|e| Error::io("read", path, e))?;
+        read_more(&mut bytes, want, &mut |buf, off| {
+            read_at(file, buf, base + off).map_err(|e| Error::io("read", path, e))
+        })?;
         match Header::parse_prefix(&bytes, file_len)? {
             Parse::Complete(h) => {
                 // Keep the header only: the slack of the last read is tensor
@@ -292,7 +311,7 @@ pub(crate) fn read_header_at(
                 // window, so the header is never held whole beside the
                 // table made from it.
                 if have == 0 && bytes.starts_with(&gguf::MAGIC) {
-                    let kv_end = gguf::scan::kv_len(file, base, file_len);
+                    let kv_end = || gguf::scan::kv_len(file, base, file_len);
                     let (h, kv) = gguf::read_windowed(bytes, file_len, kv_end, |buf, off| {
                         read_at(file, buf, base + off).map_err(|e| Error::io("read", path, e))
                     })?;

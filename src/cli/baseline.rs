@@ -34,11 +34,7 @@ pub struct Args {
 
 pub fn run(a: &Args) -> CliResult {
     // Which files, before the clock starts (as `load` resolves them too).
-    let files: Vec<PathBuf> = match weightmap::WeightsHeader::read_model(&a.file) {
-        Ok(m) => m.files.into_iter().map(|(p, _)| p).collect(),
-        // Not a model weightmap reads: the file itself, as before.
-        Err(_) => vec![a.file.clone()],
-    };
+    let files = weightmap::WeightsHeader::model_files(&a.file)?;
     let resident_before = if a.evict {
         let mut sum = 0.0;
         for f in &files {

@@ -341,8 +341,9 @@ const WINDOW: usize = 1 << 20;
 
 /// Read and validate a GGUF header of a `file_len`-byte file without
 /// holding its tensor descriptors: the key/value section is read whole
-/// (`bytes`, the first bytes of the file, grows to its end; `kv_end`, if
-/// known, is where it ends), the descriptors through a window of
+/// (`bytes`, the first bytes of the file, grows to its end; `kv_end`, asked
+/// only when `bytes` does not hold it, says where it ends if it can), the
+/// descriptors through a window of
 /// [`WINDOW`] bytes, each copied into the table as it is parsed. Returns
 /// the header and the key/value section's bytes (what
 /// [`GgufHeader::metadata_in`] needs). `read(buf, offset)` fills `buf`
@@ -357,7 +358,7 @@ const WINDOW: usize = 1 << 20;
 pub(crate) fn read_windowed(
     bytes: Vec<u8>,
     file_len: u64,
-    kv_end: Option<u64>,
+    kv_end: impl FnOnce() -> Option<u64>,
     read: impl FnMut(&mut [u8], u64) -> Result<()>,
 ) -> Result<(GgufHeader, Vec<u8>)> {
     read_windowed_by(WINDOW, bytes, file_len, kv_end, read)
@@ -373,7 +374,7 @@ pub fn read_windowed_for_fuzzing(bytes: &[u8], window: usize) -> Result<(GgufHea
         window.max(1),
         first,
         bytes.len() as u64,
-        None,
+        || None,
         |buf, off| {
             let src = usize::try_from(off)
                 .ok()
@@ -395,10 +396,12 @@ fn read_windowed_by(
     window_len: usize,
     mut bytes: Vec<u8>,
     file_len: u64,
-    kv_end: Option<u64>,
+    kv_end: impl FnOnce() -> Option<u64>,
     mut read: impl FnMut(&mut [u8], u64) -> Result<()>,
 ) -> Result<(GgufHeader, Vec<u8>)> {
     // Grow the prefix to the key/value section's end (exactly, when known).
+    let mut kv_end = Some(kv_end);
+    let mut hint = None;
     let (head, kv_len) = loop {
         let mut cur = Cursor {
             b: &bytes,
@@ -412,7 +415,10 @@ fn read_windowed_by(
             Err(Stop::More(min)) => min,
         };
         let have = bytes.len() as u64;
-        let want = kv_end
+        if let Some(f) = kv_end.take() {
+            hint = f();
+        }
+        let want = hint
             .filter(|&k| k >= min)
             .unwrap_or_else(|| min.max(have.saturating_mul(2)))
             .min(file_len);
@@ -426,7 +432,7 @@ fn read_windowed_by(
                 file_len,
             });
         }
-        grow(&mut bytes, want, &mut read)?;
+        crate::format::read_more(&mut bytes, want, &mut read)?;
     };
     bytes.truncate(kv_len);
     bytes.shrink_to_fit();
@@ -442,7 +448,7 @@ fn read_windowed_by(
     let mut size = window_len as u64;
     while i < head.n_tensors {
         window.clear();
-        grow(&mut window, size.min(file_len - at), &mut |buf, off| {
+        crate::format::read_more(&mut window, size.min(file_len - at), &mut |buf, off| {
             read(buf, at + off)
         })?;
         let mut cur = Cursor {
@@ -472,23 +478,6 @@ fn read_windowed_by(
         }
     }
     Ok((finish(head, table, at, file_len)?, bytes))
-}
-
-/// Extend `v` to `len` bytes (from its length now), read with `read` at
-/// the offset of the first new byte.
-fn grow(
-    v: &mut Vec<u8>,
-    len: u64,
-    read: &mut impl FnMut(&mut [u8], u64) -> Result<()>,
-) -> Result<()> {
-    let have = v.len();
-    let len = usize::try_from(len).map_err(|_| Error::OutOfMemory {
-        what: "the header",
-        bytes: len,
-    })?;
-    alloc::reserve(v, len - have, "the header")?;
-    v.resize(len, 0);
-    read(&mut v[have..], have as u64)
 }
 
 /// Indices `0..n` sorted by `cmp`, as u32 (tables are bounded by the file size,
@@ -704,7 +693,10 @@ mod tests {
         hint: bool,
     ) -> Result<(GgufHeader, Vec<u8>)> {
         let len = bytes.len() as u64;
-        let kv_end = if hint {
+        let kv_end = move || {
+            if !hint {
+                return None;
+            }
             GgufHeader::parse(bytes).ok().map(|h| {
                 let d = h.tensors();
                 // Where the first descriptor starts: the end of the last
@@ -714,8 +706,6 @@ mod tests {
                         .map(|t| 8 + t.name.len() as u64 + 4 + 8 * t.shape.len() as u64 + 12)
                         .sum::<u64>()
             })
-        } else {
-            None
         };
         let first = bytes[..first.min(bytes.len())].to_vec();
         read_windowed_by(window, first, len, kv_end, |buf, off| {

@@ -1169,6 +1169,17 @@ impl WeightsHeader {
         Ok(WeightsHeader { header, bytes })
     }
 
+    /// The files of the model `path` names (one file, any shard of a
+    /// split GGUF, a safetensors index or a directory holding one), in
+    /// shard order, found by name and index alone: no header is read.
+    ///
+    /// # Errors
+    /// [`Error::ShardIndex`] and the I/O errors of finding the files, as
+    /// [`WeightsHeader::read_model`].
+    pub fn model_files(path: impl AsRef<Path>) -> Result<Vec<PathBuf>> {
+        Ok(shards::resolve(path.as_ref())?.paths())
+    }
+
     /// Read and validate the headers of every file of the model `path`
     /// names (one file, any shard of a split GGUF, a safetensors index or a
     /// directory holding one), and the files against each other: every

@@ -160,7 +160,7 @@ impl<'de> Visitor<'de> for Strict<'_> {
                 let (dtype, offsets) = map.next_value_seed(StrictEntry {
                     shape: &mut self.shape,
                 })?;
-                let entry = StrictParts {
+                let entry = EntryParts {
                     dtype,
                     shape: &self.shape,
                     offsets,
@@ -862,7 +862,7 @@ impl<'de> Expect<'de> for Offsets {
 /// `data_offsets` hold exactly its bytes within the data section. Returns the
 /// type and the byte size.
 fn check_tensor(name: &str, e: &Entry, b: Bounds) -> Result<(crate::TensorType, u64)> {
-    let parts = StrictParts {
+    let parts = EntryParts {
         dtype: e.dtype,
         shape: &e.shape,
         offsets: e.offsets,
@@ -871,14 +871,14 @@ fn check_tensor(name: &str, e: &Entry, b: Bounds) -> Result<(crate::TensorType, 
 }
 
 /// An entry's fields, wherever they were read into.
-struct StrictParts<'a> {
+struct EntryParts<'a> {
     dtype: Dtype,
     shape: &'a [u64],
     offsets: (u64, u64),
 }
 
 /// [`check_tensor`] of an entry's fields.
-fn check_parts(name: &str, e: &StrictParts<'_>, b: Bounds) -> Result<(crate::TensorType, u64)> {
+fn check_parts(name: &str, e: &EntryParts<'_>, b: Bounds) -> Result<(crate::TensorType, u64)> {
     let ty = tensor_type(name, e.dtype)?;
     let n_elements = e
         .shape
