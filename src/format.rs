@@ -269,6 +269,7 @@ pub(crate) fn read_more(
         bytes: len,
     })?;
     crate::alloc::reserve(v, len.saturating_sub(have), "the header")?;
+    crate::buffer::prefault_spare(v, len.saturating_sub(have));
     v.resize(len.max(have), 0);
     read(&mut v[have..], have as u64)
 }

@@ -534,6 +534,49 @@ pub fn file_residency(path: &Path) -> io::Result<Residency> {
     mincore(map.as_ptr(), 0, map.len())
 }
 
+/// Windows [`file_residency_estimate`] samples, and pages in each.
+const SAMPLE_WINDOWS: usize = 64;
+const SAMPLE_PAGES: usize = 16;
+
+/// An estimate of how much of the file at `path` is in the page cache:
+/// `mincore` over 64 windows of 16 pages spread evenly from its start to its end (the whole file when it is no
+/// larger than that). The returned counts are of the sampled pages.
+///
+/// A whole-file `mincore` costs about 0.1 µs a page: 13 ms for a 512 MiB
+/// file, 8% of a warm stream load. This costs 64 calls, tens of
+/// microseconds, and answers a question like "is most of it cached?" as
+/// well.
+///
+/// # Errors
+/// Opening or mapping the file, or `mincore`.
+pub fn file_residency_estimate(path: &Path) -> io::Result<Residency> {
+    let file = File::open(path)?;
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(Residency::default());
+    }
+    // SAFETY: as in `file_residency`: mincore reads no mapped byte.
+    let map = unsafe { MmapOptions::new().map(&file)? };
+    let page = page_size();
+    let pages = map.len().div_ceil(page);
+    if pages <= SAMPLE_WINDOWS * SAMPLE_PAGES {
+        return mincore(map.as_ptr(), 0, map.len());
+    }
+    let mut sum = Residency::default();
+    // Window i starts at page i * (pages - SAMPLE_PAGES) / (windows - 1):
+    // the first at the file's start, the last ending at its last page.
+    let span = pages - SAMPLE_PAGES;
+    for i in 0..SAMPLE_WINDOWS {
+        let first = i * span / (SAMPLE_WINDOWS - 1);
+        let off = first * page;
+        let n = (SAMPLE_PAGES * page).min(map.len() - off);
+        let r = mincore(map.as_ptr(), off, n)?;
+        sum.resident_pages += r.resident_pages;
+        sum.total_pages += r.total_pages;
+    }
+    Ok(sum)
+}
+
 /// The system page size.
 pub fn page_size() -> usize {
     #[cfg(unix)]

@@ -21,7 +21,7 @@ mod cpu;
 mod device;
 mod view;
 
-pub(crate) use cpu::prefault_for_write;
+pub(crate) use cpu::{prefault_for_write, prefault_spare};
 pub use cpu::{CpuBuffer, CpuBufferType, HostRegion, MappedBuffer};
 pub use device::{SimDeviceBuffer, SimDeviceBufferType};
 pub(crate) use view::blocks as block_structs;

@@ -180,9 +180,16 @@ const BUFFERED_PIECE: usize = 512 << 10;
 /// device's queue full (nothing is zeroed or copied by the kernel).
 const DIRECT_PIECE: usize = 8 << 20;
 
+/// Bytes of consecutive pieces one reading thread takes from the queue at
+/// a time: small enough that the thread the host slows takes fewer of them
+/// (a static half each left one thread 6 to 20 ms behind the other on the
+/// 512 MiB bench model), large enough that two threads seldom fill pages
+/// under one page table page (2 MiB), whose lock they would share.
+const CHUNK: usize = 4 << 20;
+
 /// Read `pieces` (each a destination and the file offset of its first
-/// byte) with `threads` threads, each taking a run of pieces of about equal
-/// bytes. Stops early when `progress` is cancelled.
+/// byte) with `threads` threads, which take runs of about [`CHUNK`] bytes
+/// from one queue. Stops early when `progress` is cancelled.
 pub(crate) fn read_buffered(
     src: ReadSrc<'_>,
     path: &Path,
@@ -190,37 +197,33 @@ pub(crate) fn read_buffered(
     threads: usize,
     progress: &Progress,
 ) -> Result<()> {
-    // Cut into pieces so threads share large tensors too.
-    let oom = |_| Error::OutOfMemory {
-        what: "the reads",
-        bytes: (pieces.len() as u64).saturating_mul(24),
-    };
-    let mut cut: Vec<(&mut [u8], u64)> = Vec::new();
-    cut.try_reserve_exact(pieces.len()).map_err(oom)?;
+    // Cut into pieces so threads share large tensors too, and gather the
+    // pieces into chunks.
+    let mut chunks: Vec<Vec<(&mut [u8], u64)>> = Vec::new();
+    let mut chunk: Vec<(&mut [u8], u64)> = Vec::new();
+    let mut in_chunk = 0usize;
     for (mut dst, mut off) in pieces {
-        while dst.len() > BUFFERED_PIECE {
-            let (a, b) = dst.split_at_mut(BUFFERED_PIECE);
-            crate::alloc::push(&mut cut, (a, off), "the reads")?;
-            off += BUFFERED_PIECE as u64;
-            dst = b;
-        }
-        crate::alloc::push(&mut cut, (dst, off), "the reads")?;
-    }
-    let total: usize = cut.iter().map(|p| p.0.len()).sum();
-    let threads = threads.clamp(1, cut.len().max(1));
-    let per = total.div_ceil(threads).max(1);
-    let mut groups: Vec<Vec<(&mut [u8], u64)>> = (0..threads).map(|_| Vec::new()).collect();
-    let mut acc = 0usize;
-    for p in cut {
-        let g = (acc / per).min(threads - 1);
-        acc += p.0.len();
-        crate::alloc::push(&mut groups[g], p, "the reads")?;
-    }
-    let run = |group: Vec<(&mut [u8], u64)>| -> io::Result<bool> {
-        for (dst, off) in group {
-            if progress.cancelled() {
-                return Ok(false);
+        loop {
+            let n = dst.len().min(BUFFERED_PIECE);
+            let (a, b) = dst.split_at_mut(n);
+            crate::alloc::push(&mut chunk, (a, off), "the reads")?;
+            in_chunk += n;
+            if in_chunk >= CHUNK {
+                crate::alloc::push(&mut chunks, std::mem::take(&mut chunk), "the reads")?;
+                in_chunk = 0;
             }
+            off += n as u64;
+            dst = b;
+            if dst.is_empty() {
+                break;
+            }
+        }
+    }
+    if !chunk.is_empty() {
+        crate::alloc::push(&mut chunks, chunk, "the reads")?;
+    }
+    let run = |chunk: Vec<(&mut [u8], u64)>| -> io::Result<bool> {
+        for (dst, off) in chunk {
             // Each thread maps its own pages, one call a piece, so the kernel
             // zeroes fresh pages on every thread at once (prefaulting the
             // whole buffer in one call first zeroed it on one thread: 0.75×
@@ -233,24 +236,48 @@ pub(crate) fn read_buffered(
         }
         Ok(true)
     };
-    finish(run_groups(groups, run), path, progress)
+    finish(run_queue(chunks, threads, run, progress), path, progress)
 }
 
-/// Run `run` on every group, each on its own scoped thread (in this thread
-/// when there is one group); every thread has ended when this returns.
-fn run_groups<G: Send>(
-    groups: Vec<G>,
-    run: impl Fn(G) -> io::Result<bool> + Sync,
+/// Run `run` on every item, in order, on `threads` scoped threads (in this
+/// thread when one is enough) that each take the next item from one queue.
+/// A thread stops at its first error or `Ok(false)`, and every thread stops
+/// taking items once one has failed or `progress` is cancelled. Every
+/// thread has ended when this returns; each gives its first failure, or
+/// `Ok(true)`.
+fn run_queue<I: Send>(
+    items: Vec<I>,
+    threads: usize,
+    run: impl Fn(I) -> io::Result<bool> + Sync,
+    progress: &Progress,
 ) -> Vec<io::Result<bool>> {
-    if groups.len() <= 1 {
-        return groups.into_iter().map(run).collect();
+    let threads = threads.clamp(1, items.len().max(1));
+    let queue = Mutex::new(items.into_iter());
+    let failed = AtomicBool::new(false);
+    let work = || -> io::Result<bool> {
+        loop {
+            if failed.load(Ordering::Relaxed) || progress.cancelled() {
+                return Ok(!progress.cancelled());
+            }
+            // The lock is held only to take an item, so a panic (which
+            // `scope` passes on) cannot poison it midway.
+            let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
+            let Some(item) = next else { return Ok(true) };
+            match run(item) {
+                Ok(true) => {}
+                other => {
+                    failed.store(true, Ordering::Relaxed);
+                    return other;
+                }
+            }
+        }
+    };
+    if threads == 1 {
+        return vec![work()];
     }
-    let run = &run;
+    let work = &work;
     std::thread::scope(|s| {
-        let handles: Vec<_> = groups
-            .into_iter()
-            .map(|g| s.spawn(move || run(g)))
-            .collect();
+        let handles: Vec<_> = (0..threads).map(|_| s.spawn(work)).collect();
         handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
@@ -306,7 +333,6 @@ pub(crate) fn read_direct(
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(Err(e.to_string())),
             Err(e) => return Err(Error::io("open", path, e)),
         };
-        let n = dst.len();
         let mut chunks: Vec<(&mut [u8], u64)> = dst
             .chunks_mut(DIRECT_PIECE)
             .enumerate()
@@ -323,40 +349,26 @@ pub(crate) fn read_direct(
                 return Err(Error::io("read", path, e));
             }
         }
-        let threads = threads.clamp(1, chunks.len().max(1));
-        let per = chunks.len().div_ceil(threads);
-        let mut groups: Vec<Vec<(&mut [u8], u64)>> = Vec::with_capacity(threads);
-        while !chunks.is_empty() {
-            let rest = chunks.split_off(per.min(chunks.len()));
-            groups.push(std::mem::replace(&mut chunks, rest));
-        }
-        let run = |group: Vec<(&mut [u8], u64)>| -> io::Result<bool> {
-            for (dst, off) in group {
-                if progress.cancelled() {
-                    return Ok(false);
+        // Threads take the next 8 MiB from one queue, so the device sees one
+        // sequential stream with a request per thread in flight.
+        let run = |(dst, off): (&mut [u8], u64)| -> io::Result<bool> {
+            let mut got = 0;
+            while got < dst.len() {
+                match file.read_at(&mut dst[got..], off + got as u64) {
+                    Ok(0) => break, // the end of the file
+                    Ok(k) => got += k,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
                 }
-                let mut got = 0;
-                while got < dst.len() {
-                    match file.read_at(&mut dst[got..], off + got as u64) {
-                        Ok(0) => break, // the end of the file
-                        Ok(k) => got += k,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => return Err(e),
-                    }
-                    // A short read before the end comes back unaligned
-                    // only at the end of the file.
-                    if got % DIRECT_ALIGN != 0 {
-                        break;
-                    }
-                }
-                if !progress.add(dst.len() as u64) {
-                    return Ok(false);
+                // A short read before the end comes back unaligned only at
+                // the end of the file.
+                if got % DIRECT_ALIGN != 0 {
+                    break;
                 }
             }
-            Ok(true)
+            Ok(progress.add(dst.len() as u64))
         };
-        let _ = n;
-        finish(run_groups(groups, run), path, progress).map(Ok)
+        finish(run_queue(chunks, threads, run, progress), path, progress).map(Ok)
     }
     #[cfg(not(target_os = "linux"))]
     {
@@ -369,4 +381,84 @@ pub(crate) fn read_direct(
 /// capped at 4 (more threads than that only queue on one device).
 pub(crate) fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn the_queue_runs_every_item_once_and_stops_at_a_failure() {
+        for threads in 1..=4 {
+            let runs: Vec<AtomicUsize> = (0..100).map(|_| AtomicUsize::new(0)).collect();
+            let progress = Progress::new(None, 0);
+            let results = run_queue(
+                (0..100).collect(),
+                threads,
+                |i: usize| {
+                    runs[i].fetch_add(1, Ordering::Relaxed);
+                    Ok(true)
+                },
+                &progress,
+            );
+            assert_eq!(results.len(), threads);
+            assert!(results.iter().all(|r| matches!(r, Ok(true))));
+            assert!(runs.iter().all(|n| n.load(Ordering::Relaxed) == 1));
+
+            // Item 10 fails: its error comes back, nothing runs twice, and
+            // the queue stops (on one thread, right after it).
+            let runs: Vec<AtomicUsize> = (0..100).map(|_| AtomicUsize::new(0)).collect();
+            let results = run_queue(
+                (0..100).collect(),
+                threads,
+                |i: usize| {
+                    runs[i].fetch_add(1, Ordering::Relaxed);
+                    if i == 10 {
+                        return Err(io::Error::other("item 10"));
+                    }
+                    Ok(true)
+                },
+                &progress,
+            );
+            let errors: Vec<String> = results
+                .iter()
+                .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
+                .collect();
+            assert_eq!(errors, ["item 10"], "{threads} threads");
+            assert!(runs.iter().all(|n| n.load(Ordering::Relaxed) <= 1));
+            if threads == 1 {
+                let ran = runs
+                    .iter()
+                    .filter(|n| n.load(Ordering::Relaxed) == 1)
+                    .count();
+                assert_eq!(ran, 11);
+            }
+        }
+    }
+
+    #[test]
+    fn a_cancelled_queue_takes_no_more_items() {
+        let f: ProgressFn = Arc::new(|done, _| {
+            if done >= 5 * PROGRESS_STEP {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        });
+        let progress = Progress::new(Some(f), 100 * PROGRESS_STEP);
+        let ran = AtomicUsize::new(0);
+        let results = run_queue(
+            (0..100).collect(),
+            1,
+            |_: usize| {
+                ran.fetch_add(1, Ordering::Relaxed);
+                Ok(progress.add(PROGRESS_STEP))
+            },
+            &progress,
+        );
+        assert!(matches!(results[..], [Ok(false)]), "{results:?}");
+        assert_eq!(ran.load(Ordering::Relaxed), 5);
+        assert!(progress.cancelled());
+    }
 }

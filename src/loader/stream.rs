@@ -21,7 +21,7 @@ fn direct_wanted(path: &Path, opts: &LoadOptions) -> std::result::Result<(), Dir
             reason: "O_DIRECT is Linux-only".into(),
         }),
         DirectIo::On => Ok(()),
-        DirectIo::Auto => match crate::mmap::file_residency(path) {
+        DirectIo::Auto => match crate::mmap::file_residency_estimate(path) {
             // From a warm cache, a copy out of it beats a read from storage.
             Ok(r) if r.fraction() >= 0.5 => Err(DirectOutcome::Skipped {
                 reason: format!(
