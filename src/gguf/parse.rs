@@ -341,10 +341,9 @@ const WINDOW: usize = 1 << 20;
 
 /// Read and validate a GGUF header of a `file_len`-byte file without
 /// holding its tensor descriptors: the key/value section is read whole
-/// (`bytes`, the first bytes of the file, grows to its end; `kv_end`, asked
-/// only when `bytes` does not hold it, says where it ends if it can), the
-/// descriptors through a window of
-/// [`WINDOW`] bytes, each copied into the table as it is parsed. Returns
+/// (`bytes`, the first bytes of the file, grows to its end, found by a walk
+/// over its length fields when `bytes` does not hold it), the descriptors
+/// through a window of [`WINDOW`] bytes, each copied into the table as it is parsed. Returns
 /// the header and the key/value section's bytes (what
 /// [`GgufHeader::metadata_in`] needs). `read(buf, offset)` fills `buf`
 /// from the file.
@@ -358,10 +357,9 @@ const WINDOW: usize = 1 << 20;
 pub(crate) fn read_windowed(
     bytes: Vec<u8>,
     file_len: u64,
-    kv_end: impl FnOnce() -> Option<u64>,
     read: impl FnMut(&mut [u8], u64) -> Result<()>,
 ) -> Result<(GgufHeader, Vec<u8>)> {
-    read_windowed_by(WINDOW, bytes, file_len, kv_end, read)
+    read_windowed_by(WINDOW, bytes, file_len, read)
 }
 
 /// [`read_windowed`] of `bytes`, a whole file, from its first 24 bytes
@@ -370,25 +368,19 @@ pub(crate) fn read_windowed(
 #[doc(hidden)]
 pub fn read_windowed_for_fuzzing(bytes: &[u8], window: usize) -> Result<(GgufHeader, Vec<u8>)> {
     let first = bytes[..bytes.len().min(24)].to_vec();
-    read_windowed_by(
-        window.max(1),
-        first,
-        bytes.len() as u64,
-        || None,
-        |buf, off| {
-            let src = usize::try_from(off)
-                .ok()
-                .and_then(|o| bytes.get(o..o.checked_add(buf.len())?))
-                .ok_or_else(|| Error::Truncated {
-                    what: "read".into(),
-                    offset: off,
-                    needed: buf.len() as u64,
-                    file_len: bytes.len() as u64,
-                })?;
-            buf.copy_from_slice(src);
-            Ok(())
-        },
-    )
+    read_windowed_by(window.max(1), first, bytes.len() as u64, |buf, off| {
+        let src = usize::try_from(off)
+            .ok()
+            .and_then(|o| bytes.get(o..o.checked_add(buf.len())?))
+            .ok_or_else(|| Error::Truncated {
+                what: "read".into(),
+                offset: off,
+                needed: buf.len() as u64,
+                file_len: bytes.len() as u64,
+            })?;
+        buf.copy_from_slice(src);
+        Ok(())
+    })
 }
 
 /// [`read_windowed`] with windows of `window` bytes.
@@ -396,12 +388,12 @@ fn read_windowed_by(
     window_len: usize,
     mut bytes: Vec<u8>,
     file_len: u64,
-    kv_end: impl FnOnce() -> Option<u64>,
     mut read: impl FnMut(&mut [u8], u64) -> Result<()>,
 ) -> Result<(GgufHeader, Vec<u8>)> {
-    // Grow the prefix to the key/value section's end (exactly, when known).
-    let mut kv_end = Some(kv_end);
-    let mut hint = None;
+    // Grow the prefix to the key/value section's end: first by a walk over
+    // its length fields, which reads each byte once and ends within a step
+    // of it, then, if the walk met something odd, geometrically.
+    let mut walked = false;
     let (head, kv_len) = loop {
         let mut cur = Cursor {
             b: &bytes,
@@ -414,14 +406,13 @@ fn read_windowed_by(
             Err(Stop::Err(e)) => return Err(e),
             Err(Stop::More(min)) => min,
         };
-        let have = bytes.len() as u64;
-        if let Some(f) = kv_end.take() {
-            hint = f();
+        if !walked {
+            walked = true;
+            super::scan::read_kv(&mut bytes, file_len, &mut read)?;
+            continue;
         }
-        let want = hint
-            .filter(|&k| k >= min)
-            .unwrap_or_else(|| min.max(have.saturating_mul(2)))
-            .min(file_len);
+        let have = bytes.len() as u64;
+        let want = min.max(have.saturating_mul(2)).min(file_len);
         if want <= have {
             // The parser asked for no more than it has: cannot happen, but
             // never loop forever on it.
@@ -686,29 +677,10 @@ mod tests {
     use crate::gguf::write::Writer;
 
     /// `read_windowed_by(window)` of `bytes`, from its first `first` bytes.
-    fn windowed(
-        bytes: &[u8],
-        window: usize,
-        first: usize,
-        hint: bool,
-    ) -> Result<(GgufHeader, Vec<u8>)> {
+    fn windowed(bytes: &[u8], window: usize, first: usize) -> Result<(GgufHeader, Vec<u8>)> {
         let len = bytes.len() as u64;
-        let kv_end = move || {
-            if !hint {
-                return None;
-            }
-            GgufHeader::parse(bytes).ok().map(|h| {
-                let d = h.tensors();
-                // Where the first descriptor starts: the end of the last
-                // key/value pair, which `metadata_in` reads up to.
-                h.header_len()
-                    - d.iter()
-                        .map(|t| 8 + t.name.len() as u64 + 4 + 8 * t.shape.len() as u64 + 12)
-                        .sum::<u64>()
-            })
-        };
         let first = bytes[..first.min(bytes.len())].to_vec();
-        read_windowed_by(window, first, len, kv_end, |buf, off| {
+        read_windowed_by(window, first, len, |buf, off| {
             let off = off as usize;
             buf.copy_from_slice(&bytes[off..off + buf.len()]);
             Ok(())
@@ -737,8 +709,8 @@ mod tests {
         let bytes = model(300);
         let whole = GgufHeader::parse(&bytes).unwrap();
         for window in [1, 7, 40, 64, 119, 1000, 1 << 20] {
-            for (first, hint) in [(24, false), (100, true), (4096, false), (bytes.len(), true)] {
-                let (h, kv) = windowed(&bytes, window, first, hint).unwrap();
+            for first in [24, 100, 4096, bytes.len()] {
+                let (h, kv) = windowed(&bytes, window, first).unwrap();
                 assert_eq!(h.tensors(), whole.tensors(), "window {window}");
                 assert_eq!(
                     (h.header_len(), h.data_offset(), h.alignment(), h.version()),
@@ -770,7 +742,7 @@ mod tests {
         let check = |b: &[u8]| {
             let whole = GgufHeader::parse(b).map(|_| ()).map_err(|e| e.to_string());
             for window in [1, 33, 256] {
-                let w = windowed(b, window, 24, false)
+                let w = windowed(b, window, 24)
                     .map(|_| ())
                     .map_err(|e| e.to_string());
                 assert_eq!(w, whole, "window {window}");
@@ -779,6 +751,15 @@ mod tests {
         // Cut anywhere in the header.
         for cut in (0..header).step_by(7) {
             check(&bytes[..cut]);
+        }
+        // Bytes of the key/value section changed: where the walk meets
+        // something odd, the prefix grows geometrically instead.
+        for at in (0..header - 40 * 30).step_by(5) {
+            for v in [0u8, 0xff] {
+                let mut b = bytes.clone();
+                b[at] = v;
+                check(&b);
+            }
         }
         // Any byte of the descriptors changed.
         let start = header - 40 * 30;
