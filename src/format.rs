@@ -308,8 +308,9 @@ pub(crate) fn read_header_at(
             Parse::NeedMore { min_len: min } => {
                 // A GGUF header longer than the first read: its key/value
                 // section is read whole (to its end, found by a walk over
-                // its length fields) and its descriptors through a window, so the header is never held whole beside the
-                // table made from it.
+                // its length fields) and its descriptors through a window,
+                // so the header is never held whole beside the table made
+                // from it.
                 if have == 0 && bytes.starts_with(&gguf::MAGIC) {
                     let (h, kv) = gguf::read_windowed(bytes, file_len, |buf, off| {
                         read_at(file, buf, base + off).map_err(|e| Error::io("read", path, e))

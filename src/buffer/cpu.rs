@@ -223,30 +223,9 @@ impl Drop for HeapBlock {
 pub(crate) fn prefault_spare(v: &mut Vec<u8>, n: usize) {
     let spare = v.spare_capacity_mut();
     let n = n.min(spare.len());
-    if n < 64 << 10 {
-        return; // a few pages: the faults cost less than the call
-    }
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    {
-        let page = crate::mmap::page_size();
-        let addr = spare.as_mut_ptr() as usize;
-        let start = addr.next_multiple_of(page);
-        let end = (addr + n) & !(page - 1);
-        if end > start {
-            // SAFETY: [start, end) lies inside `v`'s allocation (its spare
-            // capacity), which we borrow uniquely, and is page-aligned as
-            // madvise requires. MADV_POPULATE_WRITE only maps the pages
-            // writable: it never changes their contents (uninitialised
-            // memory stays unread), unmaps nothing, and fails (with an
-            // error we ignore) rather than signalling.
-            unsafe {
-                libc::madvise(
-                    start as *mut libc::c_void,
-                    end - start,
-                    libc::MADV_POPULATE_WRITE,
-                );
-            }
-        }
+    if n >= 64 << 10 {
+        // A few pages cost less in faults than the call does.
+        populate_write(spare.as_mut_ptr() as usize, n);
     }
 }
 
@@ -257,18 +236,24 @@ pub(crate) fn prefault_spare(v: &mut Vec<u8>, n: usize) {
 /// in one up-front pass. Best effort: elsewhere, on an older kernel, or on
 /// memory that refuses it, pages fault in as they are written.
 pub(crate) fn prefault_for_write(dst: &mut [u8]) {
+    populate_write(dst.as_mut_ptr() as usize, dst.len());
+}
+
+/// `MADV_POPULATE_WRITE` over the whole pages inside `[addr, addr + len)`,
+/// memory the caller borrows uniquely; failure is ignored.
+fn populate_write(addr: usize, len: usize) {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         let page = crate::mmap::page_size();
-        let addr = dst.as_mut_ptr() as usize;
         let start = addr.next_multiple_of(page);
-        let end = (addr + dst.len()) & !(page - 1);
+        let end = addr.saturating_add(len) & !(page - 1);
         if end > start {
-            // SAFETY: [start, end) lies inside `dst`, which we borrow
-            // uniquely, and is page-aligned as madvise requires.
-            // MADV_POPULATE_WRITE only maps the pages writable: it never
-            // changes their contents, unmaps nothing, and fails (with an
-            // error we ignore) rather than signalling.
+            // SAFETY: [start, end) is page-aligned, as madvise requires, and
+            // inside memory the caller borrows uniquely (a slice or a
+            // vector's spare capacity). MADV_POPULATE_WRITE only maps the
+            // pages writable: it never reads or changes their contents
+            // (uninitialised memory stays unread), unmaps nothing, and
+            // fails (with an error we ignore) rather than signalling.
             unsafe {
                 libc::madvise(
                     start as *mut libc::c_void,
@@ -279,7 +264,7 @@ pub(crate) fn prefault_for_write(dst: &mut [u8]) {
         }
     }
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    let _ = dst;
+    let _ = (addr, len);
 }
 
 impl CpuBuffer {

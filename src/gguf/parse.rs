@@ -343,8 +343,8 @@ const WINDOW: usize = 1 << 20;
 /// holding its tensor descriptors: the key/value section is read whole
 /// (`bytes`, the first bytes of the file, grows to its end, found by a walk
 /// over its length fields when `bytes` does not hold it), the descriptors
-/// through a window of [`WINDOW`] bytes, each copied into the table as it is parsed. Returns
-/// the header and the key/value section's bytes (what
+/// through a window of [`WINDOW`] bytes, each copied into the table as it
+/// is parsed. Returns the header and the key/value section's bytes (what
 /// [`GgufHeader::metadata_in`] needs). `read(buf, offset)` fills `buf`
 /// from the file.
 ///

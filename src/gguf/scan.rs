@@ -134,9 +134,11 @@ fn walk<R: FnMut(&mut [u8], u64) -> Result<()>>(w: &mut Walk<'_, R>) -> Result<O
                 };
                 let count = get!(w.u64());
                 match elem.fixed_size() {
-                    Some(size) => get!(Ok::<_, crate::Error>(
-                        count.checked_mul(size).and_then(|n| w.skip(n))
-                    )),
+                    Some(size) => {
+                        if count.checked_mul(size).and_then(|n| w.skip(n)).is_none() {
+                            return Ok(None);
+                        }
+                    }
                     None if elem == ValueType::String => {
                         if count > len / 8 {
                             return Ok(None);
@@ -148,10 +150,11 @@ fn walk<R: FnMut(&mut [u8], u64) -> Result<()>>(w: &mut Walk<'_, R>) -> Result<O
                     None => return Ok(None), // nested arrays
                 }
             }
-            fixed => match fixed.fixed_size() {
-                Some(n) => get!(Ok::<_, crate::Error>(w.skip(n))),
-                None => return Ok(None),
-            },
+            fixed => {
+                if fixed.fixed_size().and_then(|n| w.skip(n)).is_none() {
+                    return Ok(None);
+                }
+            }
         }
     }
     Ok(Some(w.pos))

@@ -24,10 +24,9 @@ pub const PROGRESS_STEP: u64 = 16 << 20;
 pub enum DirectIo {
     /// Direct when the file is mostly not in the page cache (less than half
     /// resident, by [`crate::mmap::file_residency_estimate`]), buffered when
-    /// it mostly is: from a warm cache
-    /// a copy out of the cache beats a read from storage, and from a cold
-    /// one a direct read skips the page-cache copy of every byte (the
-    /// default).
+    /// it mostly is: from a warm cache a copy out of the cache beats a read
+    /// from storage, and from a cold one a direct read skips the page-cache
+    /// copy of every byte (the default).
     #[default]
     Auto,
     /// Direct whenever the layout and the filesystem allow.
