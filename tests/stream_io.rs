@@ -101,6 +101,17 @@ fn auto_reads_directly_only_from_a_cold_cache() {
         cold.report().read
     );
     assert_eq!(bytes_of(&cold), bytes_of(&warm));
+    // By default, direct reads take 4 threads, whatever the core count
+    // (they wait on the device); buffered ones, the cores, at most 4.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    let read = cold.report().read.clone().unwrap();
+    let expected = if read.direct == DirectOutcome::Used {
+        4
+    } else {
+        cores
+    };
+    assert_eq!(read.threads, expected, "{read:?}");
+    assert_eq!(warm.report().read.as_ref().unwrap().threads, cores);
 }
 
 /// tmpfs refused `O_DIRECT` before Linux 6.6 and accepts it since; either

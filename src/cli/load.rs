@@ -64,7 +64,8 @@ pub struct Args {
     /// mostly in the page cache), on, or off.
     #[arg(long, value_enum, default_value_t = DirectArg::Auto)]
     direct_io: DirectArg,
-    /// Threads reading copied tensors (0: the available parallelism, at most 4).
+    /// Threads reading copied tensors (0: the available parallelism, at most
+    /// 4, or 4 for direct reads).
     #[arg(long, default_value_t = 0)]
     threads: usize,
     /// Ask for transparent huge pages (MADV_HUGEPAGE) on the owned

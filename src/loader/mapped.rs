@@ -291,6 +291,7 @@ unsafe fn map_source(
             path,
             staging_bytes: opts.staging_bytes,
             threads: opts.threads(),
+            direct_threads: opts.direct_threads(),
             progress: &progress,
         };
         for (g, layout) in copies.iter().zip(plans) {

@@ -87,7 +87,8 @@ pub struct LoadOptions {
     /// host-visible (default 4 MiB).
     pub staging_bytes: usize,
     /// Threads reading copied tensors (default 0: the available
-    /// parallelism, at most 4).
+    /// parallelism, at most 4, for buffered reads, and 4 for direct reads,
+    /// which wait on the device rather than the CPU).
     pub read_threads: usize,
     /// Direct I/O on the stream path (default [`DirectIo::Auto`]).
     pub direct_io: DirectIo,
@@ -228,6 +229,16 @@ impl LoadOptions {
     pub(crate) fn threads(&self) -> usize {
         if self.read_threads == 0 {
             super::read::default_threads()
+        } else {
+            self.read_threads
+        }
+    }
+
+    /// Threads for direct reads: [`super::read::DIRECT_THREADS`] unless
+    /// set.
+    pub(crate) fn direct_threads(&self) -> usize {
+        if self.read_threads == 0 {
+            super::read::DIRECT_THREADS
         } else {
             self.read_threads
         }

@@ -213,6 +213,8 @@ pub(crate) struct ReadCtx<'a> {
     pub path: &'a Path,
     pub staging_bytes: usize,
     pub threads: usize,
+    /// Threads for direct reads.
+    pub direct_threads: usize,
     pub progress: &'a Progress,
 }
 
@@ -363,7 +365,7 @@ pub(crate) fn copy_group(
                     reason: "the buffer is not page-aligned".into(),
                 });
             } else {
-                match read_direct(dpath, dst, base, ctx.threads, ctx.progress)? {
+                match read_direct(dpath, dst, base, ctx.direct_threads, ctx.progress)? {
                     Ok(()) => {
                         return Ok(Filled {
                             buffer,

@@ -121,6 +121,7 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
         path,
         staging_bytes: opts.staging_bytes,
         threads,
+        direct_threads: opts.direct_threads(),
         progress: &progress,
     };
     let mut placed = Placed::new(infos.len())?;
@@ -154,6 +155,13 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
         prefetch: PrefetchDecision::NotMapped,
         random_access: Vec::new(),
         copied: Vec::new(),
-        read: Some(ReadReport { threads, direct }),
+        read: Some(ReadReport {
+            threads: if used_direct {
+                opts.direct_threads()
+            } else {
+                threads
+            },
+            direct,
+        }),
     })
 }
