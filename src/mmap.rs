@@ -523,15 +523,24 @@ pub fn advise_no_readahead(file: &File) {
 /// # Errors
 /// Opening or mapping the file, or `mincore`.
 pub fn file_residency(path: &Path) -> io::Result<Residency> {
+    match map_for_mincore(path)? {
+        Some(map) => mincore(map.as_ptr(), 0, map.len()),
+        None => Ok(Residency::default()),
+    }
+}
+
+/// A mapping of the whole file at `path` for `mincore` to look at, never
+/// to be read; `None` for an empty file, which cannot be mapped.
+fn map_for_mincore(path: &Path) -> io::Result<Option<Mmap>> {
     let file = File::open(path)?;
     if file.metadata()?.len() == 0 {
-        return Ok(Residency::default());
+        return Ok(None);
     }
-    // SAFETY: the mapping's bytes are never read or handed out: mincore
-    // looks only at which pages are cached, so a file changing underneath
-    // cannot affect memory this code reads.
-    let map = unsafe { MmapOptions::new().map(&file)? };
-    mincore(map.as_ptr(), 0, map.len())
+    // SAFETY: the mapping's bytes are never read or handed out (the
+    // callers pass it to mincore only, which looks at which pages are
+    // cached), so a file changing underneath cannot affect memory this
+    // code reads.
+    Ok(Some(unsafe { MmapOptions::new().map(&file)? }))
 }
 
 /// Windows [`file_residency_estimate`] samples.
@@ -551,13 +560,9 @@ const SAMPLE_PAGES: usize = 16;
 /// # Errors
 /// Opening or mapping the file, or `mincore`.
 pub fn file_residency_estimate(path: &Path) -> io::Result<Residency> {
-    let file = File::open(path)?;
-    let len = file.metadata()?.len();
-    if len == 0 {
+    let Some(map) = map_for_mincore(path)? else {
         return Ok(Residency::default());
-    }
-    // SAFETY: as in `file_residency`: mincore reads no mapped byte.
-    let map = unsafe { MmapOptions::new().map(&file)? };
+    };
     let page = page_size();
     let pages = map.len().div_ceil(page);
     if pages <= SAMPLE_WINDOWS * SAMPLE_PAGES {
