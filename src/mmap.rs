@@ -523,16 +523,15 @@ pub fn advise_no_readahead(file: &File) {
 /// # Errors
 /// Opening or mapping the file, or `mincore`.
 pub fn file_residency(path: &Path) -> io::Result<Residency> {
-    match map_for_mincore(path)? {
+    match map_for_mincore(&File::open(path)?)? {
         Some(map) => mincore(map.as_ptr(), 0, map.len()),
         None => Ok(Residency::default()),
     }
 }
 
-/// A mapping of the whole file at `path` for `mincore` to look at, never
-/// to be read; `None` for an empty file, which cannot be mapped.
-fn map_for_mincore(path: &Path) -> io::Result<Option<Mmap>> {
-    let file = File::open(path)?;
+/// A mapping of the whole of `file` for `mincore` to look at, never to be
+/// read; `None` for an empty file, which cannot be mapped.
+fn map_for_mincore(file: &File) -> io::Result<Option<Mmap>> {
     if file.metadata()?.len() == 0 {
         return Ok(None);
     }
@@ -540,7 +539,7 @@ fn map_for_mincore(path: &Path) -> io::Result<Option<Mmap>> {
     // callers pass it to mincore only, which looks at which pages are
     // cached), so a file changing underneath cannot affect memory this
     // code reads.
-    Ok(Some(unsafe { MmapOptions::new().map(&file)? }))
+    Ok(Some(unsafe { MmapOptions::new().map(file)? }))
 }
 
 /// Windows [`file_residency_estimate`] samples.
@@ -560,7 +559,12 @@ const SAMPLE_PAGES: usize = 16;
 /// # Errors
 /// Opening or mapping the file, or `mincore`.
 pub fn file_residency_estimate(path: &Path) -> io::Result<Residency> {
-    let Some(map) = map_for_mincore(path)? else {
+    residency_estimate_of(&File::open(path)?)
+}
+
+/// [`file_residency_estimate`] of a file already open.
+pub(crate) fn residency_estimate_of(file: &File) -> io::Result<Residency> {
+    let Some(map) = map_for_mincore(file)? else {
         return Ok(Residency::default());
     };
     let page = page_size();

@@ -226,19 +226,20 @@ impl LoadOptions {
         self
     }
 
+    /// Threads for buffered reads: the cores, at most 4, unless set.
     pub(crate) fn threads(&self) -> usize {
-        if self.read_threads == 0 {
-            super::read::default_threads()
-        } else {
-            self.read_threads
-        }
+        self.threads_or(super::read::default_threads())
     }
 
     /// Threads for direct reads: [`super::read::DIRECT_THREADS`] unless
     /// set.
     pub(crate) fn direct_threads(&self) -> usize {
+        self.threads_or(super::read::DIRECT_THREADS)
+    }
+
+    fn threads_or(&self, default: usize) -> usize {
         if self.read_threads == 0 {
-            super::read::DIRECT_THREADS
+            default
         } else {
             self.read_threads
         }

@@ -1,7 +1,7 @@
 //! The stream path: read the header, then every tensor into owned buffers,
 //! one per buffer type, in parallel, directly from storage where that wins.
 
-use std::path::Path;
+use std::fs::File;
 
 use crate::error::Result;
 use crate::format::{read_header, read_header_at};
@@ -14,14 +14,14 @@ use super::weights::{HeaderBytes, Loaded};
 use super::{check_range, open_checked, LoadOptions, Source};
 
 /// Whether this load may read directly, or why not.
-fn direct_wanted(path: &Path, opts: &LoadOptions) -> std::result::Result<(), DirectOutcome> {
+fn direct_wanted(file: &File, opts: &LoadOptions) -> std::result::Result<(), DirectOutcome> {
     match opts.direct_io {
         DirectIo::Off => Err(DirectOutcome::Off),
         _ if !cfg!(target_os = "linux") => Err(DirectOutcome::NotApplicable {
             reason: "O_DIRECT is Linux-only".into(),
         }),
         DirectIo::On => Ok(()),
-        DirectIo::Auto => match crate::mmap::file_residency_estimate(path) {
+        DirectIo::Auto => match crate::mmap::residency_estimate_of(file) {
             // From a warm cache, a copy out of it beats a read from storage.
             Ok(r) if r.fraction() >= 0.5 => Err(DirectOutcome::Skipped {
                 reason: format!(
@@ -50,7 +50,7 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
     let (file, header, header_bytes, base) = match src {
         Source::Path(p) => {
             let (file, meta) = open_checked(p)?;
-            wanted = direct_wanted(p, opts);
+            wanted = direct_wanted(&file, opts);
             if wanted.is_ok() {
                 // Only the header's own pages go through the page cache.
                 crate::mmap::advise_no_readahead(&file);
@@ -157,7 +157,7 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
         copied: Vec::new(),
         read: Some(ReadReport {
             threads: if used_direct {
-                opts.direct_threads()
+                ctx.direct_threads
             } else {
                 threads
             },
