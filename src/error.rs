@@ -649,7 +649,8 @@ fn non_finite_at(unit: &str, index: u64, field: &str, value: f64) -> String {
 }
 
 impl Error {
-    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Error {
+    /// [`Error::Io`]: the OS error `source` of `op` ("open", "read", "write", ...) on `path`.
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Error {
         Error::Io {
             op,
             path: path.into(),

@@ -99,7 +99,13 @@ impl Header {
         })
     }
 
-    pub(crate) fn parse_prefix(prefix: &[u8], file_len: u64) -> Result<Parse<Header>> {
+    /// Parse a header from the first bytes of a file of `file_len` bytes:
+    /// [`Parse::NeedMore`] says how many bytes the header needs when `prefix`
+    /// holds too few.
+    ///
+    /// # Errors
+    /// As [`Header::parse`].
+    pub fn parse_prefix(prefix: &[u8], file_len: u64) -> Result<Parse<Header>> {
         if (prefix.len() as u64) < file_len.min(9) {
             return Ok(Parse::NeedMore {
                 min_len: file_len.min(9),

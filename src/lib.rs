@@ -6,18 +6,12 @@ mod alloc;
 pub mod buffer;
 pub mod error;
 pub mod format;
-#[cfg(feature = "gen")]
-pub mod gen;
 pub mod gguf;
 pub mod loader;
 pub mod mmap;
-#[cfg(feature = "gen")]
-pub mod outfile;
 pub mod prefetch;
 pub mod quant;
 pub mod safetensors;
-#[cfg(feature = "gen")]
-pub mod split;
 pub mod tensor;
 pub mod types;
 

@@ -1,5 +1,5 @@
-//! ggml-exact validation (`weightmap::gguf::ggml::check_ggml` and
-//! `weightmap validate FILE --ggml`): files weightmap's default rules accept
+//! ggml-exact validation (`weightmap::gguf::ggml::check_ggml`):
+//! files weightmap's default rules accept
 //! and ggml's gguf.cpp refuses, and files both accept.
 //!
 //! The string and array caps are 1 GiB: those files are built over zeroed
@@ -9,11 +9,9 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-use common::{tt, vt, GgufSpec, Kv, RawGguf, Tensor};
+use common::{big_kv, tt, two_tensors, unpadded, GgufSpec, Kv, Tensor};
 use weightmap::gguf::ggml::{
     check_ggml, GgmlRule, GgmlSummary, GGUF_MAX_ARRAY_ELEMENTS, GGUF_MAX_STRING_LENGTH,
 };
@@ -21,79 +19,6 @@ use weightmap::gguf::{self, Gguf};
 use weightmap::{Error, TensorType};
 
 // ---- helpers -------------------------------------------------------------
-
-fn ggml(bytes: &[u8]) -> weightmap::Result<GgmlSummary> {
-    let file = Gguf::parse(bytes).expect("weightmap's default rules accept the file");
-    check_ggml(file.header(), &file.metadata())
-}
-
-/// The rule and detail of a refusal.
-fn refused(bytes: &[u8]) -> (GgmlRule, String) {
-    match ggml(bytes) {
-        Err(Error::GgmlWouldRefuse { rule, detail }) => (rule, detail),
-        other => panic!("expected a ggml refusal, got {other:?}"),
-    }
-}
-
-/// `prefix` followed by zeros up to `total` bytes, without touching the zeros.
-fn zero_tail(prefix: &[u8], total: usize) -> Vec<u8> {
-    let mut v = vec![0u8; total];
-    v[..prefix.len()].copy_from_slice(prefix);
-    v
-}
-
-/// One key whose value is `kind`'s oversized payload, then zeros: the
-/// payload's bytes are the zero tail. `len` is the string length or
-/// element count claimed.
-fn big_kv_prefix(kind: &str, len: u64) -> (Vec<u8>, usize) {
-    let mut r = RawGguf::new();
-    r.header(3, 0, 1);
-    let payload = match kind {
-        "string" => {
-            r.string(b"general.name").u32(vt::STRING).u64(len);
-            len
-        }
-        "u8_array" => {
-            r.string(b"big.u8").u32(vt::ARRAY).u32(vt::U8).u64(len);
-            len
-        }
-        "string_in_array" => {
-            r.string(b"tokenizer.ggml.tokens")
-                .u32(vt::ARRAY)
-                .u32(vt::STRING)
-                .u64(1)
-                .u64(len);
-            len
-        }
-        _ => unreachable!(),
-    };
-    let total = r.len() + payload as usize;
-    (r.into_bytes(), total)
-}
-
-fn big_kv(kind: &str, len: u64) -> Vec<u8> {
-    let (prefix, total) = big_kv_prefix(kind, len);
-    zero_tail(&prefix, total)
-}
-
-/// Two F32 tensors of 8 elements (32 bytes, one alignment unit each).
-fn two_tensors(offset_a: u64, offset_b: u64) -> Vec<u8> {
-    let mut a = Tensor::new("a", tt::F32, &[8]);
-    a.offset = Some(offset_a);
-    let mut b = Tensor::new("b", tt::F32, &[8]);
-    b.offset = Some(offset_b);
-    GgufSpec::new().tensor(a).tensor(b).bytes()
-}
-
-/// One F32 tensor of 3 elements (12 bytes) with the file cut right after
-/// its data: 20 of its 32 - 12 padding bytes missing.
-fn unpadded() -> Vec<u8> {
-    let built = GgufSpec::new()
-        .kv(Kv::string("general.architecture", b"llama"))
-        .tensor(Tensor::new("t", tt::F32, &[3]))
-        .build();
-    built.truncated(built.tensor_end(0))
-}
 
 fn testdata(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -112,57 +37,17 @@ fn fixtures() -> Vec<PathBuf> {
     v
 }
 
-fn run(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_weightmap"))
-        .args(args)
-        .output()
-        .expect("running the weightmap binary")
+fn ggml(bytes: &[u8]) -> weightmap::Result<GgmlSummary> {
+    let file = Gguf::parse(bytes).expect("weightmap's default rules accept the file");
+    check_ggml(file.header(), &file.metadata())
 }
 
-fn validate(path: &Path, ggml: bool) -> (Option<i32>, String, String) {
-    let mut args: Vec<&std::ffi::OsStr> = vec!["validate".as_ref(), path.as_os_str()];
-    if ggml {
-        args.push("--ggml".as_ref());
+/// The rule and detail of a refusal.
+fn refused(bytes: &[u8]) -> (GgmlRule, String) {
+    match ggml(bytes) {
+        Err(Error::GgmlWouldRefuse { rule, detail }) => (rule, detail),
+        other => panic!("expected a ggml refusal, got {other:?}"),
     }
-    let o = run(&args);
-    (
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
-fn write_temp(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, bytes).unwrap();
-    p
-}
-
-/// Exit 0 without `--ggml`; exit 1, nothing on stdout, and
-/// `error: llama.cpp would refuse this file: <rule>: ...` with it.
-fn assert_cli_refuses(path: &Path, rule: GgmlRule, detail_part: &str) {
-    let (code, out, err) = validate(path, false);
-    assert_eq!(code, Some(0), "default rules accept {path:?}: {err}");
-    assert!(out.starts_with("ok: gguf"), "{out}");
-    assert_cli_ggml_refuses(path, rule, detail_part);
-}
-
-/// `--ggml` only: exit 1, nothing on stdout, one error line.
-fn assert_cli_ggml_refuses(path: &Path, rule: GgmlRule, detail_part: &str) {
-    let (code, out, err) = validate(path, true);
-    assert_eq!(code, Some(1), "--ggml refuses {path:?}: {out}");
-    assert_eq!(out, "", "nothing on stdout when refused");
-    let want = format!(
-        "error: {} would refuse this file: {}: ",
-        rule.refused_by(),
-        rule.name()
-    );
-    assert!(err.starts_with(&want), "{err}");
-    assert!(
-        err.contains(detail_part),
-        "{err} should mention {detail_part}"
-    );
-    assert_eq!(err.lines().count(), 1, "one line: {err}");
 }
 
 // ---- files both rules accept ---------------------------------------------
@@ -394,95 +279,3 @@ fn metadata_over_too_few_bytes_is_an_error_not_a_pass() {
 }
 
 // ---- the command ---------------------------------------------------------
-
-#[test]
-fn cli_fixtures_would_load() {
-    for p in fixtures() {
-        let (code, out, err) = validate(&p, true);
-        assert_eq!(code, Some(0), "{p:?}: {err}");
-        assert!(out.starts_with("ok: gguf"), "{out}");
-        let last = out.lines().last().unwrap();
-        assert!(
-            last.starts_with("llama.cpp would load this file (ggml's rules: "),
-            "{last}"
-        );
-    }
-}
-
-#[test]
-fn cli_refuses_with_the_rule_and_where() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    assert_cli_refuses(
-        &write_temp(d, "gap.gguf", &two_tensors(0, 64)),
-        GgmlRule::PackedOffsets,
-        "tensor 1 'b' has offset 64, expected 32",
-    );
-    assert_cli_refuses(
-        &write_temp(d, "order.gguf", &two_tensors(32, 0)),
-        GgmlRule::PackedOffsets,
-        "tensor 0 'a' has offset 32, expected 0",
-    );
-    assert_cli_refuses(
-        &write_temp(d, "unpadded.gguf", &unpadded()),
-        GgmlRule::DataSection,
-        "after the last tensor 't' are missing",
-    );
-    let nul = GgufSpec::new()
-        .tensor(Tensor::new("w\0x", tt::F32, &[8]))
-        .tensor(Tensor::new("w\0y", tt::F32, &[8]))
-        .bytes();
-    // The NUL is printed escaped.
-    assert_cli_refuses(
-        &write_temp(d, "nul.gguf", &nul),
-        GgmlRule::TensorName,
-        "'w\\0x'",
-    );
-}
-
-#[test]
-fn cli_refuses_an_oversized_string_in_a_sparse_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("big-string.gguf");
-    let (prefix, total) = big_kv_prefix("string", GGUF_MAX_STRING_LENGTH + 1);
-    let mut f = std::fs::File::create(&p).unwrap();
-    f.write_all(&prefix).unwrap();
-    f.set_len(total as u64).unwrap();
-    drop(f);
-    // The default rules' acceptance of this layout is shown by
-    // an_oversized_string_value_is_refused; reading a 1 GiB header once is enough.
-    assert_cli_ggml_refuses(
-        &p,
-        GgmlRule::StringLength,
-        "string value of key 'general.name' is 1073741825 bytes",
-    );
-}
-
-#[test]
-fn cli_ggml_on_safetensors_is_an_error() {
-    let p = testdata("bf16.safetensors");
-    let (code, _, _) = validate(&p, false);
-    assert_eq!(code, Some(0));
-    let (code, out, err) = validate(&p, true);
-    assert_eq!(code, Some(1));
-    assert_eq!(out, "");
-    assert!(
-        err.starts_with("error: ") && err.contains("--ggml applies to GGUF files only"),
-        "{err}"
-    );
-}
-
-#[test]
-fn cli_ggml_with_data_prints_both_lines() {
-    let p = testdata("tiny-llama.gguf");
-    let o = run(&[
-        "validate".as_ref(),
-        p.as_os_str(),
-        "--ggml".as_ref(),
-        "--data".as_ref(),
-    ]);
-    assert_eq!(o.status.code(), Some(0));
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("\nllama.cpp would load this file"), "{out}");
-    assert!(out.contains("\ndata ok: "), "{out}");
-}

@@ -18,11 +18,13 @@
 //!   that must rewrite a weight takes an owned copy ([`crate::TensorRef::to_owned_tensor`]).
 
 mod cpu;
+#[cfg(feature = "test-util")]
 mod device;
 mod view;
 
 pub(crate) use cpu::{prefault_for_write, prefault_spare};
 pub use cpu::{CpuBuffer, CpuBufferType, HostRegion, MappedBuffer};
+#[cfg(feature = "test-util")]
 pub use device::{SimDeviceBuffer, SimDeviceBufferType};
 pub(crate) use view::blocks as block_structs;
 pub use view::{

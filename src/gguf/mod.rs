@@ -15,7 +15,6 @@ pub mod ggml;
 mod metadata;
 mod parse;
 pub(crate) mod scan;
-#[cfg(feature = "write")]
 pub mod write;
 
 pub use crate::format::Parse;

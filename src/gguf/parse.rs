@@ -671,7 +671,7 @@ fn parse_tensor(
     Ok(())
 }
 
-#[cfg(all(test, feature = "write"))]
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::gguf::write::Writer;

@@ -160,7 +160,7 @@ fn walk<R: FnMut(&mut [u8], u64) -> Result<()>>(w: &mut Walk<'_, R>) -> Result<O
     Ok(Some(w.pos))
 }
 
-#[cfg(all(test, feature = "write"))]
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::gguf::write::Writer;

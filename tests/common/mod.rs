@@ -524,3 +524,65 @@ pub fn sample_spec() -> GgufSpec {
         .tensor(Tensor::new("blk.0.attn_q.weight", tt::Q4_0, &[32, 2]))
         .tensor(Tensor::new("output_norm.weight", tt::F16, &[5]))
 }
+
+// ---- files ggml refuses and weightmap's default rules accept ----------------
+
+/// `prefix` followed by zeros up to `total` bytes, without touching the zeros.
+pub fn zero_tail(prefix: &[u8], total: usize) -> Vec<u8> {
+    let mut v = vec![0u8; total];
+    v[..prefix.len()].copy_from_slice(prefix);
+    v
+}
+
+/// One key whose value is `kind`'s oversized payload, then zeros: the
+/// payload's bytes are the zero tail. `len` is the string length or
+/// element count claimed.
+pub fn big_kv_prefix(kind: &str, len: u64) -> (Vec<u8>, usize) {
+    let mut r = RawGguf::new();
+    r.header(3, 0, 1);
+    let payload = match kind {
+        "string" => {
+            r.string(b"general.name").u32(vt::STRING).u64(len);
+            len
+        }
+        "u8_array" => {
+            r.string(b"big.u8").u32(vt::ARRAY).u32(vt::U8).u64(len);
+            len
+        }
+        "string_in_array" => {
+            r.string(b"tokenizer.ggml.tokens")
+                .u32(vt::ARRAY)
+                .u32(vt::STRING)
+                .u64(1)
+                .u64(len);
+            len
+        }
+        _ => unreachable!(),
+    };
+    let total = r.len() + payload as usize;
+    (r.into_bytes(), total)
+}
+
+pub fn big_kv(kind: &str, len: u64) -> Vec<u8> {
+    let (prefix, total) = big_kv_prefix(kind, len);
+    zero_tail(&prefix, total)
+}
+
+/// Two F32 tensors of 8 elements (32 bytes, one alignment unit each).
+pub fn two_tensors(offset_a: u64, offset_b: u64) -> Vec<u8> {
+    let mut a = Tensor::new("a", tt::F32, &[8]);
+    a.offset = Some(offset_a);
+    let mut b = Tensor::new("b", tt::F32, &[8]);
+    b.offset = Some(offset_b);
+    GgufSpec::new().tensor(a).tensor(b).bytes()
+}
+
+/// One F32 tensor of 3 elements (12 bytes) with the file cut right after
+/// its data: 20 of its 32 - 12 padding bytes missing.
+pub fn unpadded() -> Vec<u8> {
+    let built = GgufSpec::new()
+        .kv(Kv::string("general.architecture", b"llama"))
+        .tensor(Tensor::new("t", tt::F32, &[3]))
+        .build();
+    built.truncated(built.tensor_end(0))
+}

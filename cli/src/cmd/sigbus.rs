@@ -124,7 +124,7 @@ mod tests {
         let out = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "cli::sigbus::tests::child_reads_a_truncated_mapping",
+                "cmd::sigbus::tests::child_reads_a_truncated_mapping",
                 "--nocapture",
                 "--test-threads=1",
             ])

@@ -49,12 +49,12 @@ use std::io::{self, BufWriter, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::error::{Error, Result};
-use crate::format::{Format, Header, Parse};
-use crate::gguf::write::{OwnedValue, Writer};
-use crate::gguf::ValueType;
 use crate::outfile::OutFile;
-use crate::types::TensorType;
+use weightmap::error::{Error, Result};
+use weightmap::format::{Format, Header, Parse};
+use weightmap::gguf::write::{OwnedValue, Writer};
+use weightmap::gguf::ValueType;
+use weightmap::types::TensorType;
 
 /// Bumped whenever the generator's output for a given spec changes, so that
 /// caches keyed on the spec (as `weightmap bench` keeps) can tell stale files.
@@ -184,6 +184,7 @@ pub fn plan(spec: &GenSpec) -> Result<Plan> {
 /// a regular file; [`Error::NoSpace`] if its file system lacks room for the
 /// file; [`Error::Io`] for the file; any validation error if the header does
 /// not parse back (a bug).
+#[cfg(test)]
 pub fn generate(
     spec: &GenSpec,
     path: impl AsRef<Path>,
@@ -665,7 +666,7 @@ impl Layout {
         }
         let mut root = Map::new();
         root.insert(
-            crate::safetensors::METADATA_KEY.to_owned(),
+            weightmap::safetensors::METADATA_KEY.to_owned(),
             Value::Object(meta),
         );
         let mut off = 0u64;
@@ -862,8 +863,8 @@ impl Vocab {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::Header;
     use std::collections::BTreeSet;
+    use weightmap::format::Header;
 
     fn small(format: Format) -> GenSpec {
         GenSpec {
@@ -976,7 +977,7 @@ mod tests {
         let spec = small(Format::Safetensors);
         let bytes = gen_bytes(&spec, dir.path(), "m.safetensors");
         assert_eq!(plan(&spec).unwrap().file_size, bytes.len() as u64);
-        let st = crate::safetensors::SafetensorsHeader::parse(&bytes).unwrap();
+        let st = weightmap::safetensors::SafetensorsHeader::parse(&bytes).unwrap();
         assert_eq!(st.data_offset() % 32, 0);
         assert_eq!(st.metadata()["vocab_size"], "1000");
         let h = Header::parse(&bytes).unwrap();

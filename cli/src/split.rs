@@ -7,14 +7,15 @@ use std::collections::BTreeMap;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, Result};
-use crate::format::{read_at, Format};
-use crate::gguf::write::{OwnedValue, Writer};
-use crate::gguf::{Value, ValueType};
 use crate::outfile::OutFile;
-use crate::tensor::{TensorInfo, TensorTable};
-use crate::types::TensorType;
-use crate::WeightsHeader;
+use std::os::unix::fs::FileExt;
+use weightmap::error::{Error, Result};
+use weightmap::format::Format;
+use weightmap::gguf::write::{OwnedValue, Writer};
+use weightmap::gguf::{Value, ValueType};
+use weightmap::tensor::{TensorInfo, TensorTable};
+use weightmap::types::TensorType;
+use weightmap::WeightsHeader;
 
 /// Split the model at `src` into `shards` files named after `out`: for
 /// GGUF, `NAME-00001-of-0000N.gguf` with `split.no`, `split.count` and
@@ -57,7 +58,7 @@ pub fn split_model(src: &Path, out: &Path, shards: usize) -> Result<Vec<PathBuf>
                     .kv("split.count", OwnedValue::U16(n as u16))
                     .kv("split.tensors.count", OwnedValue::I32(tensors.len() as i32));
                 for &t in g {
-                    let t = tensors.at(t);
+                    let t = tensors.get(t).expect("an index below the table's length");
                     w.tensor_deferred(t.name, t.ty, &t.ne());
                 }
                 let path = dir.join(format!("{prefix}-{:05}-of-{n:05}.gguf", i + 1));
@@ -79,7 +80,14 @@ pub fn split_model(src: &Path, out: &Path, shards: usize) -> Result<Vec<PathBuf>
                 let path = dir.join(&fname);
                 total += write_safetensors(&file, src, tensors, g, &meta, &path)?;
                 for &t in g {
-                    weight_map.insert(tensors.at(t).name.to_owned(), fname.clone());
+                    weight_map.insert(
+                        tensors
+                            .get(t)
+                            .expect("an index below the table's length")
+                            .name
+                            .to_owned(),
+                        fname.clone(),
+                    );
                 }
                 written.push(path);
             }
@@ -155,8 +163,10 @@ fn copier<'a>(
 ) -> impl FnMut(usize, &mut [u8]) -> std::io::Result<()> + 'a {
     let mut at: Vec<u64> = vec![0; group.len()];
     move |i, buf| {
-        let t = tensors.at(group[i]);
-        read_at(file, buf, t.file_offset + at[i])?;
+        let t = tensors
+            .get(group[i])
+            .expect("a group holds indices of the table");
+        file.read_exact_at(buf, t.file_offset + at[i])?;
         at[i] += buf.len() as u64;
         Ok(())
     }
@@ -211,13 +221,13 @@ fn write_safetensors(
     let mut root = serde_json::Map::new();
     if !meta.is_empty() {
         root.insert(
-            crate::safetensors::METADATA_KEY.into(),
+            weightmap::safetensors::METADATA_KEY.into(),
             serde_json::json!(meta),
         );
     }
     let mut off = 0u64;
     for &i in group {
-        let t = tensors.at(i);
+        let t = tensors.get(i).expect("an index below the table's length");
         root.insert(
             t.name.to_owned(),
             serde_json::json!({"dtype": dtype(&t)?, "shape": t.shape, "data_offsets": [off, off + t.nbytes]}),
@@ -239,7 +249,10 @@ fn write_safetensors(
     let mut copy = copier(file, tensors, group);
     let mut buf = vec![0u8; 4 << 20];
     for (k, &i) in group.iter().enumerate() {
-        let mut left = tensors.at(i).nbytes as usize;
+        let mut left = tensors
+            .get(i)
+            .expect("an index below the table's length")
+            .nbytes as usize;
         while left > 0 {
             let n = left.min(buf.len());
             copy(k, &mut buf[..n]).map_err(|e| Error::io("read", src, e))?;

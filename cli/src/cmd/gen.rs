@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use weightmap::gen::{self, GenSpec};
+use crate::gen::{self, GenSpec};
 use weightmap::TensorType;
 
 use super::{emit, human_bytes, CliError, CliResult, FormatArg};
@@ -83,7 +83,7 @@ pub fn run(a: &Args) -> CliResult {
         let tmp = tempfile_in(dir)?;
         let whole = tmp.path().join("whole");
         let plan = generate_with_progress(&spec, &whole, "gen")?;
-        let files = weightmap::split::split_model(&whole, &a.out, n as usize)?;
+        let files = crate::split::split_model(&whole, &a.out, n as usize)?;
         let mut out = format!(
             "wrote {} files: {}, {} tensors, {} of tensor data\n",
             files.len(),

@@ -31,7 +31,7 @@ use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::error::{Error, Result};
+use weightmap::error::{Error, Result};
 
 /// A temporary file that becomes `dest` on [`OutFile::commit`].
 #[derive(Debug)]

@@ -7,7 +7,7 @@
 //!   is, it must be a real directory (not a symlink) owned by this user; the
 //!   temporary-directory fallback must also be private (mode 0700, as it is
 //!   created), so another user cannot plant files or links in it.
-//! * **How.** The model is written by [`weightmap::gen`] under a unique
+//! * **How.** The model is written by [`crate::gen`] under a unique
 //!   temporary name and renamed into place; then a sidecar `MODEL.sha256`
 //!   (`sha256sum` format) is written the same way. Two benches racing on an
 //!   empty cache each generate and rename; the generator is deterministic,
@@ -20,9 +20,9 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use crate::gen::{GenSpec, GENERATOR_VERSION};
+use crate::outfile::OutFile;
 use sha2::{Digest, Sha256};
-use weightmap::gen::{GenSpec, GENERATOR_VERSION};
-use weightmap::outfile::OutFile;
 use weightmap::Format;
 
 use super::gen::generate_with_progress;
@@ -59,7 +59,7 @@ fn cached_model(spec: &GenSpec, dir: &Path) -> CliResult<PathBuf> {
         Err(CliError::Msg(e)) => eprintln!("bench: not reusing {}: {e}", shown.display()),
         Err(e) => return Err(e),
     }
-    let plan = weightmap::gen::plan(spec)?;
+    let plan = crate::gen::plan(spec)?;
     eprintln!(
         "bench: generating the default model ({} of tensors) at {}",
         human_bytes(plan.tensor_bytes),

@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 fn testdata(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .join("testdata")
         .join(name)
 }
