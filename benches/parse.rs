@@ -16,9 +16,9 @@ use std::io::{self, Read, Seek, SeekFrom};
 
 use criterion::{criterion_group, Criterion};
 use gguf_rs_lib::reader::GGUFFileReader;
-use weightmap::gguf::write::{OwnedValue, Writer};
-use weightmap::gguf::{GgufHeader, Parse};
-use weightmap::TensorType;
+use weightmap::gguf::GgufHeader;
+use weightmap::gguf::{OwnedValue, Writer};
+use weightmap::{Parse, TensorType};
 
 // ---- the suite's counting allocator ------------------------------------------
 

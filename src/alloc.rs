@@ -62,3 +62,24 @@ pub(crate) fn index(n: usize, what: &'static str) -> Result<Vec<u32>> {
     v.extend(0..n as u32);
     Ok(v)
 }
+
+/// Extend `v` to `len` bytes (from its length now), filled by `read` with
+/// the bytes from the offset of its first new byte (`read(buf, offset)`).
+///
+/// # Errors
+/// [`Error::OutOfMemory`], and what `read` returns.
+pub(crate) fn read_more(
+    v: &mut Vec<u8>,
+    len: u64,
+    read: &mut impl FnMut(&mut [u8], u64) -> Result<()>,
+) -> Result<()> {
+    let have = v.len();
+    let len = usize::try_from(len).map_err(|_| Error::OutOfMemory {
+        what: "the header",
+        bytes: len,
+    })?;
+    reserve(v, len.saturating_sub(have), "the header")?;
+    crate::os::prefault_spare(v, len.saturating_sub(have));
+    v.resize(len.max(have), 0);
+    read(&mut v[have..], have as u64)
+}

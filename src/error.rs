@@ -280,7 +280,7 @@ pub enum Error {
     #[error("{} would refuse this file: {rule}: {detail}", .rule.refused_by())]
     GgmlWouldRefuse {
         /// The ggml rule broken.
-        rule: crate::gguf::ggml::GgmlRule,
+        rule: GgmlRule,
         /// What broke it and where: the key or tensor, sizes, offsets.
         detail: String,
     },
@@ -667,8 +667,41 @@ impl Error {
         }
     }
 
-    /// A short, stable name for the variant, for JSON output and tests.
-    pub fn kind(&self) -> &'static str {
+    /// What kind of failure this is, in the spirit of `io::ErrorKind`: a
+    /// small, stable category for code that handles errors by class (the
+    /// C ABI returns one `WM_ERR_*` code per kind).
+    pub fn kind(&self) -> ErrorKind {
+        use ErrorKind as K;
+        match self {
+            Error::Io { .. } | Error::NotRegularDestination { .. } | Error::NoSpace { .. } => K::Io,
+            Error::KeyNotFound { .. } | Error::TensorNotFound { .. } => K::NotFound,
+            Error::WrongValueType { .. } | Error::IntOutOfRange { .. } => K::WrongType,
+            Error::InvalidAlignment { .. }
+            | Error::RowOutOfRange { .. }
+            | Error::OutputLength { .. }
+            | Error::ViewType { .. }
+            | Error::ViewLayout { .. }
+            | Error::OutOfBuffer { .. }
+            | Error::MisalignedPlacement { .. }
+            | Error::ReadOnly { .. }
+            | Error::NotHost { .. }
+            | Error::AllocSizeTooSmall { .. }
+            | Error::HostPtrUnsupported { .. } => K::InvalidArgument,
+            Error::MmapFailed { .. } => K::MmapFailed,
+            Error::OutOfMemory { .. } | Error::Alloc { .. } | Error::BufferTooLarge { .. } => {
+                K::OutOfMemory
+            }
+            Error::NoDequantize { .. } => K::Unsupported,
+            Error::Cancelled | Error::Interrupted { .. } => K::Cancelled,
+            // The stream path's own failure decides.
+            Error::FallbackFailed { source, .. } => source.kind(),
+            _ => K::InvalidFile,
+        }
+    }
+
+    /// A short, stable name for the variant (`"truncated"`,
+    /// `"tensor_not_found"`, ...), for JSON output and tests.
+    pub fn name(&self) -> &'static str {
         match self {
             Error::Io { .. } => "io",
             Error::EmptyFile { .. } => "empty_file",
@@ -743,6 +776,60 @@ impl Error {
     }
 }
 
+/// The category of an [`Error`] ([`Error::kind`]): what a caller can do
+/// about it, whatever the precise variant. Each has one C ABI code
+/// (`WM_ERR_*` in `weightmap.h`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The file is not a valid model: malformed, truncated, inconsistent
+    /// shards, or not what the caller's shape check expects.
+    InvalidFile,
+    /// The operating system refused an operation on a file (missing,
+    /// unreadable, no space, ...): see the `io::Error` inside.
+    Io,
+    /// A key or tensor name that is not there.
+    NotFound,
+    /// A metadata value of another type than asked for.
+    WrongType,
+    /// The caller asked for something out of range or not allowed
+    /// (a row past the end, a write to a read-only buffer, ...).
+    InvalidArgument,
+    /// The mapped path could not be used and fallback was off.
+    MmapFailed,
+    /// Memory could not be had (or a size does not fit in memory).
+    OutOfMemory,
+    /// Valid, but not something weightmap does (dequantizing Q8_1, ...).
+    Unsupported,
+    /// The caller stopped the operation.
+    Cancelled,
+}
+
+impl ErrorKind {
+    /// A short, stable name: `"invalid_file"`, `"io"`, `"not_found"`,
+    /// `"wrong_type"`, `"invalid_argument"`, `"mmap_failed"`,
+    /// `"out_of_memory"`, `"unsupported"`, `"cancelled"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidFile => "invalid_file",
+            ErrorKind::Io => "io",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::WrongType => "wrong_type",
+            ErrorKind::InvalidArgument => "invalid_argument",
+            ErrorKind::MmapFailed => "mmap_failed",
+            ErrorKind::OutOfMemory => "out_of_memory",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Why the mapped path was not used. Only causes the stream path can do
 /// better on are fallback reasons; a missing, unreadable, empty or invalid
 /// file is an [`Error`] in either mode.
@@ -787,7 +874,7 @@ pub enum FallbackReason {
 impl FallbackReason {
     /// A short, stable name: `"unsupported"`, `"not_host"`, `"map"`,
     /// `"misaligned"`, `"file_changed"`.
-    pub fn kind(&self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             FallbackReason::Unsupported => "unsupported",
             FallbackReason::NotHostBuffer { .. } => "not_host",
@@ -818,5 +905,79 @@ impl std::fmt::Display for FallbackReason {
             ),
             FallbackReason::FileChanged { detail } => write!(f, "the file changed while mapped: {detail}"),
         }
+    }
+}
+
+/// One rule of ggml's parser that weightmap's default validation does not
+/// apply. See [`crate::gguf::ggml`] for each rule's source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum GgmlRule {
+    /// A key, string value or string array element longer than
+    /// [`GGUF_MAX_STRING_LENGTH`](crate::gguf::ggml::GGUF_MAX_STRING_LENGTH).
+    StringLength,
+    /// An array with more than [`GGUF_MAX_ARRAY_ELEMENTS`](crate::gguf::ggml::GGUF_MAX_ARRAY_ELEMENTS) elements.
+    ArrayLength,
+    /// Two tensor names equal up to their first NUL byte.
+    TensorName,
+    /// A tensor offset other than the running sum of padded sizes (a gap,
+    /// tensors out of order, or padding other than the alignment's).
+    PackedOffsets,
+    /// A data section that, padded to the alignment, runs past the file.
+    DataSection,
+}
+
+impl GgmlRule {
+    /// Every rule, in the order [`check_ggml`](crate::gguf::ggml::check_ggml) applies them.
+    pub const ALL: [GgmlRule; 5] = [
+        GgmlRule::StringLength,
+        GgmlRule::ArrayLength,
+        GgmlRule::TensorName,
+        GgmlRule::PackedOffsets,
+        GgmlRule::DataSection,
+    ];
+
+    /// A short, stable name: `"string_length"`, `"array_length"`,
+    /// `"tensor_name"`, `"packed_offsets"`, `"data_section"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            GgmlRule::StringLength => "string_length",
+            GgmlRule::ArrayLength => "array_length",
+            GgmlRule::TensorName => "tensor_name",
+            GgmlRule::PackedOffsets => "packed_offsets",
+            GgmlRule::DataSection => "data_section",
+        }
+    }
+
+    /// Who refuses a file that breaks the rule: `"llama.cpp"` for every rule
+    /// but [`GgmlRule::DataSection`], which only readers that load tensor
+    /// data through ggml (`gguf_init_from_file` with `no_alloc = false`)
+    /// apply; llama.cpp's model loader reads metadata only (`no_alloc =
+    /// true`) and checks each tensor's end, which the default rules do too.
+    pub fn refused_by(self) -> &'static str {
+        match self {
+            GgmlRule::DataSection => {
+                "ggml's gguf_init_from_file with tensor data (not llama.cpp's loader, \
+                 which reads metadata only)"
+            }
+            _ => "llama.cpp",
+        }
+    }
+
+    /// What the rule requires, in a few words.
+    pub fn description(self) -> &'static str {
+        match self {
+            GgmlRule::StringLength => "strings of at most 1 GiB",
+            GgmlRule::ArrayLength => "arrays of at most 2^30 elements",
+            GgmlRule::TensorName => "tensor names unique up to a NUL byte",
+            GgmlRule::PackedOffsets => "tensors packed in order",
+            GgmlRule::DataSection => "data section padded to the alignment within the file",
+        }
+    }
+}
+
+impl std::fmt::Display for GgmlRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }

@@ -2,9 +2,12 @@
 
 use std::fs::File;
 
+use crate::alloc::read_more;
 use crate::error::{Error, Result};
 use crate::gguf::{self, GgufHeader, Metadata};
+use crate::os::read_at;
 use crate::safetensors::{self as st, SafetensorsHeader};
+use crate::tensor::Parse;
 use crate::tensor::{TensorInfo, TensorTable};
 
 /// A weight file format.
@@ -32,11 +35,11 @@ impl Format {
     ///
     /// # Errors
     /// [`Error::SafetensorsHeader`] for a safetensors-like start whose header
-    /// length is over [`crate::safetensors::MAX_HEADER_LEN`];
+    /// length is over [`SafetensorsHeader::MAX_HEADER_LEN`];
     /// [`Error::UnknownFormat`] for anything else unrecognised.
     pub fn detect(prefix: &[u8]) -> Result<Format> {
         let n = prefix.len().min(4);
-        if prefix[..n] == gguf::MAGIC[..n] {
+        if prefix[..n] == GgufHeader::MAGIC[..n] {
             Ok(Format::Gguf)
         } else if st::sniff(prefix) {
             Ok(Format::Safetensors)
@@ -44,7 +47,7 @@ impl Format {
             Err(Error::SafetensorsHeader {
                 detail: format!(
                     "header length {len} exceeds the limit of {} bytes",
-                    st::MAX_HEADER_LEN
+                    SafetensorsHeader::MAX_HEADER_LEN
                 ),
             })
         } else {
@@ -60,31 +63,6 @@ pub enum Header {
     Gguf(GgufHeader),
     /// A safetensors header.
     Safetensors(SafetensorsHeader),
-}
-
-/// The outcome of parsing a header from the first bytes of a file
-/// ([`crate::gguf::GgufHeader::parse_prefix`],
-/// [`crate::safetensors::SafetensorsHeader::parse_prefix`]): the header, or
-/// how long a prefix to try next.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Parse<T> {
-    /// The prefix held the whole header.
-    Complete(T),
-    /// The prefix ends inside the header; at least `min_len` bytes of the file are needed.
-    NeedMore {
-        /// The prefix length to try next (at most the file's length).
-        min_len: u64,
-    },
-}
-
-impl<T> Parse<T> {
-    /// The same outcome with the header mapped by `f`.
-    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Parse<U> {
-        match self {
-            Parse::Complete(h) => Parse::Complete(f(h)),
-            Parse::NeedMore { min_len } => Parse::NeedMore { min_len },
-        }
-    }
 }
 
 impl Header {
@@ -182,7 +160,11 @@ impl Header {
     }
 
     /// [`Header::required_alignment`] for a tensor of type `ty`.
-    pub(crate) fn alignment_for(&self, ty: crate::TensorType, buffer_alignment: usize) -> usize {
+    pub(crate) fn alignment_for(
+        &self,
+        ty: crate::types::TensorType,
+        buffer_alignment: usize,
+    ) -> usize {
         match self {
             Header::Gguf(_) => buffer_alignment,
             Header::Safetensors(_) => {
@@ -226,22 +208,6 @@ impl Header {
     }
 }
 
-/// Read `buf.len()` bytes at `offset`.
-pub(crate) fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::FileExt;
-        file.read_exact_at(buf, offset)
-    }
-    #[cfg(not(unix))]
-    {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut f = file;
-        f.seek(SeekFrom::Start(offset))?;
-        f.read_exact(buf)
-    }
-}
-
 /// First read of a header: large enough for most headers in one go, small
 /// next to any model.
 const FIRST_READ: u64 = 1 << 20;
@@ -259,26 +225,6 @@ pub(crate) fn read_header(
 
 /// [`read_header`] for a model of `file_len` bytes that starts at `base` in
 /// a larger file: every offset is relative to `base`.
-/// Extend `v` to `len` bytes (from its length now), filled by `read` with
-/// the bytes from the offset of its first new byte (`read(buf, offset)`).
-///
-/// # Errors
-/// [`Error::OutOfMemory`], and what `read` returns.
-pub(crate) fn read_more(
-    v: &mut Vec<u8>,
-    len: u64,
-    read: &mut impl FnMut(&mut [u8], u64) -> Result<()>,
-) -> Result<()> {
-    let have = v.len();
-    let len = usize::try_from(len).map_err(|_| Error::OutOfMemory {
-        what: "the header",
-        bytes: len,
-    })?;
-    crate::alloc::reserve(v, len.saturating_sub(have), "the header")?;
-    crate::buffer::prefault_spare(v, len.saturating_sub(have));
-    v.resize(len.max(have), 0);
-    read(&mut v[have..], have as u64)
-}
 
 pub(crate) fn read_header_at(
     file: &File,
@@ -317,7 +263,7 @@ pub(crate) fn read_header_at(
                 // its length fields) and its descriptors through a window,
                 // so the header is never held whole beside the table made
                 // from it.
-                if have == 0 && bytes.starts_with(&gguf::MAGIC) {
+                if have == 0 && bytes.starts_with(&GgufHeader::MAGIC) {
                     let (h, kv) = gguf::read_windowed(bytes, file_len, |buf, off| {
                         read_at(file, buf, base + off).map_err(|e| Error::io("read", path, e))
                     })?;

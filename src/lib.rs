@@ -2,29 +2,29 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
 
+// The layers, lowest first; every import points down (tests/layers.rs
+// checks it): error and types; os and alloc; the formats (tensor, gguf,
+// safetensors, format); buffer and quant; the loader.
 mod alloc;
 pub mod buffer;
-pub mod error;
-pub mod format;
+mod error;
+mod format;
 pub mod gguf;
-pub mod loader;
-pub mod mmap;
-pub mod prefetch;
+mod loader;
+mod os;
 pub mod quant;
 pub mod safetensors;
-pub mod tensor;
-pub mod types;
+mod tensor;
+mod types;
 
-pub use bytemuck::Pod;
-pub use error::FallbackReason;
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, FallbackReason, Result};
 pub use format::{Format, Header};
-pub use half::{bf16, f16};
 pub use loader::{
-    CopyReason, LoadMode, LoadOptions, LoadReport, MappedWeights, OwnedTensor, PlacementKind,
-    Prefetch, Scope, Tensor, TensorRef, Weights, WeightsHeader,
+    AdvicePolicy, BorrowedWeights, BufferReport, CopiedTensor, CopyReason, DirectIo, DirectOutcome,
+    LoadMode, LoadOptions, LoadReport, MappedWeights, ModelHeaders, OwnedTensor, PlacementKind,
+    Prefetch, PrefetchDecision, PrefetchProgress, PrefetchState, ProgressFn, ReadReport, Route,
+    Scope, ShardReport, SkipReason, Tensor, TensorRef, Weights, WeightsHeader,
 };
-pub use mmap::AccessAdvice;
-pub use prefetch::{AdvicePolicy, PrefetchDecision};
-pub use tensor::TensorInfo;
+pub use os::{evict, file_residency, file_residency_estimate, AccessAdvice, Residency};
+pub use tensor::{Element, Parse, TensorInfo, TensorTable};
 pub use types::TensorType;

@@ -152,7 +152,8 @@ tensor_types! {
 }
 
 /// Highest id in ggml's table (`GGML_TYPE_COUNT - 1`).
-pub const GGML_MAX_TYPE_ID: u32 = 42;
+#[cfg(test)]
+const GGML_MAX_TYPE_ID: u32 = 42;
 
 impl TensorType {
     /// Look a ggml type id up. Ids ggml removed (4, 5, 31–33, 36–38) and ids

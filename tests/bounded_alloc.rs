@@ -238,7 +238,7 @@ fn claims_a_huge_safetensors_header() {
     );
     // Exactly at the cap (100 MB): sniffed as safetensors, and truncated —
     // with no 100 MB buffer for the JSON.
-    let mut b = weightmap::safetensors::MAX_HEADER_LEN
+    let mut b = weightmap::safetensors::SafetensorsHeader::MAX_HEADER_LEN
         .to_le_bytes()
         .to_vec();
     b.extend_from_slice(b"{}");
@@ -246,7 +246,7 @@ fn claims_a_huge_safetensors_header() {
     rejected_within_limit(
         &b,
         st_parse,
-        |e| matches!(e, Error::Truncated { needed, .. } if *needed == weightmap::safetensors::MAX_HEADER_LEN),
+        |e| matches!(e, Error::Truncated { needed, .. } if *needed == weightmap::safetensors::SafetensorsHeader::MAX_HEADER_LEN),
     );
 }
 
@@ -255,7 +255,7 @@ fn claims_a_huge_safetensors_header() {
 #[test]
 fn a_small_owned_copy_is_a_heap_block_and_a_large_one_is_not() {
     use weightmap::buffer::CpuBuffer;
-    use weightmap::gguf::write::Writer;
+    use weightmap::gguf::Writer;
     use weightmap::TensorType;
     let big = CpuBuffer::MAP_THRESHOLD;
     let mut w = Writer::new(32);

@@ -3,20 +3,21 @@
 
 use half::{bf16, f16};
 use weightmap::buffer::{
-    check_range, place, view, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
-    BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, BufferType, BufferUsage,
-    CpuBufferType, Element, SimDeviceBufferType,
+    check_range, place, BufferType, BufferUsage, CpuBufferType, SimDeviceBufferType,
 };
-use weightmap::tensor::TensorTable;
-use weightmap::{Error, TensorInfo, TensorType};
+use weightmap::quant::{
+    BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K,
+    BlockQ8K, BlockQ8_0, BlockQ8_1,
+};
+use weightmap::{Element, Error, TensorInfo, TensorTable, TensorType};
 
 /// A one-tensor table (owned: a `TensorInfo` borrows its table).
 fn info(ty: TensorType, n_elements: u64) -> TensorTable {
-    let mut w = weightmap::gguf::write::Writer::new(32);
+    let mut w = weightmap::gguf::Writer::new(32);
     let nbytes = ty.bytes_for(n_elements).unwrap() as usize;
     w.tensor("t", ty, &[n_elements], vec![0; nbytes]);
     let bytes = w.to_bytes();
-    weightmap::gguf::Gguf::parse(&bytes)
+    weightmap::gguf::GgufHeader::parse(&bytes)
         .unwrap()
         .tensors()
         .clone()
@@ -154,7 +155,7 @@ fn check_view<T: Element + PartialEq + std::fmt::Debug>(ty: TensorType, n: u64, 
     let table = info(ty, n);
     let info = first(&table);
     let buf = CpuBufferType::new().alloc(info.nbytes as usize).unwrap();
-    let v: &[T] = view(&info, buf.bytes()).unwrap();
+    let v: &[T] = info.view(buf.bytes()).unwrap();
     assert_eq!(v.len(), expect_len, "{ty}");
     assert_eq!(std::mem::size_of_val(v), info.nbytes as usize);
 }
@@ -190,7 +191,7 @@ fn view_values_come_from_the_bytes() {
     let mut buf = CpuBufferType::new().alloc(4).unwrap();
     buf.bytes_mut()[..2].copy_from_slice(&f16::from_f32(1.5).to_le_bytes());
     buf.bytes_mut()[2..].copy_from_slice(&f16::from_f32(-2.0).to_le_bytes());
-    let v: &[f16] = view(&info, buf.bytes()).unwrap();
+    let v: &[f16] = info.view(buf.bytes()).unwrap();
     assert_eq!(v, [f16::from_f32(1.5), f16::from_f32(-2.0)]);
 
     let table = info_q8();
@@ -198,7 +199,7 @@ fn view_values_come_from_the_bytes() {
     let mut buf = CpuBufferType::new().alloc(34).unwrap();
     buf.bytes_mut()[..2].copy_from_slice(&f16::from_f32(0.25).to_le_bytes());
     buf.bytes_mut()[2] = 0xFF;
-    let b: &[BlockQ8_0] = view(&info, buf.bytes()).unwrap();
+    let b: &[BlockQ8_0] = info.view(buf.bytes()).unwrap();
     assert_eq!(b[0].d, f16::from_f32(0.25));
     assert_eq!(b[0].qs[0], -1);
 }
@@ -213,7 +214,7 @@ fn wrong_type_or_ragged_size_or_misaligned_view_is_an_error() {
     let f32_info = first(&f32_table);
     let buf = CpuBufferType::new().alloc(64).unwrap();
     assert!(matches!(
-        view::<f16>(&f32_info, &buf.bytes()[..16]),
+        f32_info.view::<f16>(&buf.bytes()[..16]),
         Err(Error::ViewType {
             expected: "f16",
             found: TensorType::F32,
@@ -221,21 +222,21 @@ fn wrong_type_or_ragged_size_or_misaligned_view_is_an_error() {
         })
     ));
     assert!(matches!(
-        view::<BlockQ4_0>(&f32_info, &buf.bytes()[..16]),
+        f32_info.view::<BlockQ4_0>(&buf.bytes()[..16]),
         Err(Error::ViewType { .. })
     ));
     // 15 bytes are not a whole number of f32.
     assert!(matches!(
-        view::<f32>(&f32_info, &buf.bytes()[..15]),
+        f32_info.view::<f32>(&buf.bytes()[..15]),
         Err(Error::ViewLayout { nbytes: 15, .. })
     ));
     // An address one byte off is not aligned for f32.
     assert!(matches!(
-        view::<f32>(&f32_info, &buf.bytes()[1..17]),
+        f32_info.view::<f32>(&buf.bytes()[1..17]),
         Err(Error::ViewLayout { .. })
     ));
     // u8 views cover the byte-sized types.
     let mut u8_info = f32_info;
     u8_info.ty = TensorType::Bool;
-    assert_eq!(view::<u8>(&u8_info, &buf.bytes()[..3]).unwrap().len(), 3);
+    assert_eq!(u8_info.view::<u8>(&buf.bytes()[..3]).unwrap().len(), 3);
 }

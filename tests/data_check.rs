@@ -6,7 +6,7 @@
 //! blocks of every type whose scales are f16, a block passes the check
 //! exactly when its dequantized values are all finite.
 
-use weightmap::gguf::write::Writer;
+use weightmap::gguf::Writer;
 use weightmap::quant::{check_data, check_tensors, check_tensors_on, dequantize_to_vec};
 use weightmap::{Error, LoadOptions, TensorType, Weights};
 
@@ -172,7 +172,7 @@ fn the_error_names_the_tensor_and_the_first_bad_element() {
     v[41] = f32::NEG_INFINITY;
     v[77] = f32::NAN;
     let e = check_data("blk.0.attn_norm.weight", TensorType::F32, &f32_bytes(&v)).unwrap_err();
-    assert_eq!(e.kind(), "non_finite_data");
+    assert_eq!(e.name(), "non_finite_data");
     assert_eq!(
         e.to_string(),
         "tensor 'blk.0.attn_norm.weight' (f32): element 41 is -inf"
@@ -224,9 +224,9 @@ fn quantized_errors_name_the_block_and_field() {
 #[test]
 fn ragged_bytes_are_an_error() {
     let e = check_data("q", TensorType::Q8_0, &[0; 35]).unwrap_err();
-    assert_eq!(e.kind(), "ragged_blocks");
+    assert_eq!(e.name(), "ragged_blocks");
     let e = check_tensors([("q", TensorType::Q8_0, &[0u8; 33][..])]).unwrap_err();
-    assert_eq!(e.kind(), "ragged_blocks");
+    assert_eq!(e.name(), "ragged_blocks");
 }
 
 /// Three tensors, big enough that the checker splits the last one into

@@ -5,8 +5,8 @@
 mod common;
 
 use common::{align_up, sample_spec, tt, vt, GgufSpec, Kv, RawGguf, Tensor};
-use weightmap::gguf::{Gguf, GgufHeader, Parse};
-use weightmap::{Error, TensorType};
+use weightmap::gguf::GgufHeader;
+use weightmap::{Error, Parse, TensorType};
 
 fn err(bytes: &[u8]) -> Error {
     match GgufHeader::parse(bytes) {
@@ -866,43 +866,46 @@ fn zero_dim_tensor_is_valid_with_0_bytes() {
         .tensor(Tensor::new("empty", tt::F32, &[0, 4]))
         .tensor(Tensor::new("next", tt::F32, &[2]))
         .build();
-    let file = Gguf::parse(&built.bytes).unwrap();
+    let file = GgufHeader::parse(&built.bytes).unwrap();
     let (e, n) = (
         &file.tensors().get(0).unwrap(),
         &file.tensors().get(1).unwrap(),
     );
     assert_eq!((e.nbytes, e.n_elements(), e.shape), (0, 0, &[0u64, 4][..]));
     assert_eq!(e.offset, n.offset, "a 0-byte tensor takes no room");
-    assert!(file.tensor_bytes(e).is_empty());
-    assert_eq!(file.tensor_bytes(n), &common::pattern(1, 8)[..]);
+    assert!(&built.bytes[e.file_offset as usize..][..e.nbytes as usize].is_empty());
+    assert_eq!(
+        &built.bytes[n.file_offset as usize..][..n.nbytes as usize],
+        &common::pattern(1, 8)[..]
+    );
 }
 
 #[test]
 fn header_with_no_tensors_and_no_keys() {
     let mut r = RawGguf::new();
     r.header(3, 0, 0);
-    let file = Gguf::parse(&r.bytes).unwrap();
-    assert_eq!((file.tensors().len(), file.header().kv_count()), (0, 0));
-    assert_eq!(file.header().header_len(), 24);
-    assert!(file.metadata().is_empty());
+    let file = GgufHeader::parse(&r.bytes).unwrap();
+    assert_eq!((file.tensors().len(), file.kv_count()), (0, 0));
+    assert_eq!(file.header_len(), 24);
+    assert!(file.metadata_in(&r.bytes).is_empty());
 }
 
 #[test]
 fn valid_sample_file_round_trips() {
     let built = sample_spec().build();
-    let file = Gguf::parse(&built.bytes).unwrap();
-    assert_eq!(file.header().header_len(), built.header_len as u64);
-    assert_eq!(file.header().data_offset(), built.data_offset as u64);
+    let file = GgufHeader::parse(&built.bytes).unwrap();
+    assert_eq!(file.header_len(), built.header_len as u64);
+    assert_eq!(file.data_offset(), built.data_offset as u64);
     for (i, t) in file.tensors().iter().enumerate() {
         assert_eq!(t.offset, built.offsets[i]);
         assert_eq!(t.nbytes, built.nbytes[i]);
         assert_eq!(
-            file.tensor_bytes(&t),
+            &built.bytes[t.file_offset as usize..][..t.nbytes as usize],
             &common::pattern(i, t.nbytes as usize)[..]
         );
     }
     let tokens: Vec<&[u8]> = file
-        .metadata()
+        .metadata_in(&built.bytes)
         .get_array("tokenizer.ggml.tokens")
         .unwrap()
         .strings()
@@ -1015,8 +1018,8 @@ fn getter_file() -> common::Built {
 #[test]
 fn get_u32_on_a_u64_key() {
     let built = getter_file();
-    let file = Gguf::parse(&built.bytes).unwrap();
-    let md = file.metadata();
+    let file = GgufHeader::parse(&built.bytes).unwrap();
+    let md = file.metadata_in(&built.bytes);
     assert_eq!(md.get_u64("a.u64").unwrap(), 5);
     match md.get_u32("a.u64") {
         Err(Error::WrongValueType {
@@ -1033,18 +1036,18 @@ fn get_u32_on_a_u64_key() {
 #[test]
 fn missing_key() {
     let built = getter_file();
-    let file = Gguf::parse(&built.bytes).unwrap();
+    let file = GgufHeader::parse(&built.bytes).unwrap();
     assert!(
-        matches!(file.metadata().get_str("a.missing"), Err(Error::KeyNotFound { key }) if key == "a.missing")
+        matches!(file.metadata_in(&built.bytes).get_str("a.missing"), Err(Error::KeyNotFound { key }) if key == "a.missing")
     );
-    assert!(file.metadata().get("a.missing").is_none());
+    assert!(file.metadata_in(&built.bytes).get("a.missing").is_none());
 }
 
 #[test]
 fn get_str_on_non_utf8() {
     let built = getter_file();
-    let file = Gguf::parse(&built.bytes).unwrap();
-    let md = file.metadata();
+    let file = GgufHeader::parse(&built.bytes).unwrap();
+    let md = file.metadata_in(&built.bytes);
     let bytes_at = built.kv_at[1] + 8 + 5 + 4 + 8;
     match md.get_str("a.bad") {
         Err(Error::InvalidUtf8 { what, offset }) => {
@@ -1062,8 +1065,8 @@ fn get_str_on_non_utf8() {
 #[test]
 fn bool_nonzero_is_true() {
     let built = getter_file();
-    let file = Gguf::parse(&built.bytes).unwrap();
-    assert!(file.metadata().get_bool("a.bool").unwrap());
+    let file = GgufHeader::parse(&built.bytes).unwrap();
+    assert!(file.metadata_in(&built.bytes).get_bool("a.bool").unwrap());
 }
 
 /// The test suite's layout of a valid file is the library writer's, byte
@@ -1071,8 +1074,8 @@ fn bool_nonzero_is_true() {
 /// offsets it patches, not as a second idea of what a GGUF file is.
 #[test]
 fn spec_layout_is_the_writers() {
-    use weightmap::gguf::write::{OwnedValue, Writer};
     use weightmap::gguf::ValueType;
+    use weightmap::gguf::{OwnedValue, Writer};
     use weightmap::TensorType;
     let mut w = Writer::new(32);
     w.kv_str("general.name", &"n".repeat(200))

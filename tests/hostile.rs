@@ -15,8 +15,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{sample_spec, tt, vt, GgufSpec, Kv, RawGguf, Tensor};
-use weightmap::gguf::write::Writer;
-use weightmap::gguf::Gguf;
+use weightmap::gguf::{GgufHeader, Writer};
 use weightmap::{Error, LoadMode, LoadOptions, LoadReport, TensorType, Weights};
 
 // ---- helpers -------------------------------------------------------------------
@@ -41,7 +40,7 @@ fn load_streamed(path: &Path) -> weightmap::Result<Weights> {
 fn summary(r: &weightmap::Result<Weights>) -> String {
     match r {
         Ok(w) => format!("Ok({} tensors)", w.len()),
-        Err(e) => format!("Err({}: {e})", e.kind()),
+        Err(e) => format!("Err({}: {e})", e.name()),
     }
 }
 
@@ -53,7 +52,7 @@ fn both_err(path: &Path) -> Error {
     let s = load_streamed(path);
     match (m, s) {
         (Err(m), Err(s)) => {
-            assert_eq!(m.kind(), s.kind(), "mapped: {m}\nstreamed: {s}");
+            assert_eq!(m.name(), s.name(), "mapped: {m}\nstreamed: {s}");
             assert_eq!(m.to_string(), s.to_string());
             m
         }
@@ -72,7 +71,7 @@ fn both_err(path: &Path) -> Error {
 fn assert_mapped_path_rejects(path: &Path, e: &Error) {
     match load_mapped_no_fallback(path) {
         Err(m) => {
-            assert_eq!(m.kind(), e.kind(), "{m}");
+            assert_eq!(m.name(), e.name(), "{m}");
             assert_eq!(m.to_string(), e.to_string());
         }
         other => panic!(
@@ -584,7 +583,7 @@ fn every_prefix_of_a_valid_file() {
             continue;
         }
         let e = both_err(&path);
-        *kinds.entry(e.kind()).or_default() += 1;
+        *kinds.entry(e.name()).or_default() += 1;
         match (&e, cut) {
             (Error::EmptyFile { .. }, 0) => continue,
             (Error::Truncated { what, file_len, .. }, _) if cut < built.header_len => {
@@ -949,7 +948,7 @@ const REWRITE_BYTE: u8 = 0xA5;
 fn rewrite_tensor_bytes(path: &Path) {
     use std::os::unix::fs::FileExt;
     let raw = std::fs::read(path).unwrap();
-    let file = Gguf::parse(&raw).unwrap();
+    let file = GgufHeader::parse(&raw).unwrap();
     let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
     for t in file.tensors() {
         let r = t.file_range();
@@ -963,7 +962,7 @@ fn rewrite_tensor_bytes(path: &Path) {
 fn rewrite_header_bytes(path: &Path) {
     use std::os::unix::fs::FileExt;
     let raw = std::fs::read(path).unwrap();
-    let header_len = Gguf::parse(&raw).unwrap().header().header_len() as usize;
+    let header_len = GgufHeader::parse(&raw).unwrap().header_len() as usize;
     let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
     f.write_all_at(&vec![0xFF; header_len - 24], 24).unwrap();
 }

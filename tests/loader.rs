@@ -9,7 +9,7 @@ use common::pattern;
 use std::sync::Arc;
 
 use weightmap::buffer::{BufferType, CpuBufferType, SimDeviceBufferType};
-use weightmap::gguf::write::Writer;
+use weightmap::gguf::Writer;
 use weightmap::{
     Error, FallbackReason, Format, LoadMode, LoadOptions, Prefetch, TensorType, Weights,
 };
@@ -269,7 +269,7 @@ fn device_buffer_too_small_is_an_error() {
     // path finds its buffer too small: the error names both.
     match load(&testdata("tiny-llama.gguf"), &opts) {
         Err(Error::FallbackFailed { reason, source }) => {
-            assert_eq!(reason.kind(), "not_host");
+            assert_eq!(reason.name(), "not_host");
             assert!(
                 matches!(*source, Error::BufferTooLarge { .. }),
                 "{source:?}"
@@ -383,7 +383,7 @@ fn filesystem_refusing_mmap_falls_back() {
     // the error names both causes.
     match load(path, &LoadOptions::default()) {
         Err(Error::FallbackFailed { reason, source }) => assert!(
-            reason.kind() == "map"
+            reason.name() == "map"
                 && matches!(
                     *source,
                     Error::UnknownFormat
@@ -413,7 +413,7 @@ fn short_file(dir: &Path) -> PathBuf {
     w.tensor("a", TensorType::F32, &[8], pattern(1, 32));
     w.tensor("b", TensorType::F32, &[9], pattern(2, 36));
     let mut bytes = w.to_bytes();
-    let file = weightmap::gguf::Gguf::parse(&bytes).unwrap();
+    let file = weightmap::gguf::GgufHeader::parse(&bytes).unwrap();
     let end = file.tensors().get(1).unwrap().file_range().end as usize;
     bytes.truncate(end - 1);
     let path = dir.join("short.gguf");
@@ -443,7 +443,7 @@ fn corruption_gives_the_same_error_in_both_modes() {
     std::fs::write(&bad, &bytes).unwrap();
     let mapped = load(&bad, &LoadOptions::default()).unwrap_err();
     let streamed = Weights::load_streamed(&bad, &LoadOptions::default()).unwrap_err();
-    assert_eq!(mapped.kind(), streamed.kind());
+    assert_eq!(mapped.name(), streamed.name());
     assert_eq!(mapped.to_string(), streamed.to_string());
     assert!(matches!(load(&bad, &opts), Err(Error::UnknownFormat)));
 }
@@ -552,7 +552,7 @@ fn prefetch_advice_and_lock_options_keep_bytes_identical() {
             .advice(weightmap::AdvicePolicy::Uniform(advice));
         let w = load(&path, &opts).unwrap();
         assert_eq!(w.report().mode_used, LoadMode::Mmap);
-        assert_eq!(w.report().prefetch.kind(), kind);
+        assert_eq!(w.report().prefetch.name(), kind);
         assert_eq!(all_bytes(&w), plain);
     }
     // mlock: either it works, or the error names RLIMIT_MEMLOCK.

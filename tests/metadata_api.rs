@@ -1,11 +1,10 @@
 //! The metadata getters a runtime uses: optional keys, integers of any
 //! width, architecture-prefixed keys, per-layer values, and arrays as slices.
-//! Every file is built with `weightmap::gguf::write::Writer`.
+//! Every file is built with `weightmap::gguf::Writer`.
 
 use std::borrow::Cow;
 
-use weightmap::gguf::write::{OwnedValue, Writer};
-use weightmap::gguf::{Gguf, ValueType};
+use weightmap::gguf::{GgufHeader, OwnedValue, ValueType, Writer};
 use weightmap::Error;
 
 fn file(build: impl FnOnce(&mut Writer)) -> Vec<u8> {
@@ -26,8 +25,8 @@ fn optional_getters_return_none_for_missing_keys_and_errors_for_wrong_types() {
         w.kv("a.f32", OwnedValue::F32(0.5));
         w.kv("a.bool", OwnedValue::Bool(true));
     });
-    let g = Gguf::parse(&bytes).unwrap();
-    let md = g.metadata();
+    let g = GgufHeader::parse(&bytes).unwrap();
+    let md = g.metadata_in(&bytes);
 
     assert_eq!(md.get_opt_u32("a.u32").unwrap(), Some(7));
     assert_eq!(md.get_opt_u32("missing").unwrap(), None);
@@ -46,7 +45,7 @@ fn optional_getters_return_none_for_missing_keys_and_errors_for_wrong_types() {
         e => panic!("unexpected {e}"),
     }
     assert_eq!(
-        md.get_opt_str("a.u32").unwrap_err().kind(),
+        md.get_opt_str("a.u32").unwrap_err().name(),
         "wrong_value_type"
     );
     // The strict form still says the key is missing.
@@ -68,8 +67,8 @@ fn get_int_accepts_every_integer_type() {
         w.kv("u64", OwnedValue::U64(u64::MAX));
         w.kv("i64", OwnedValue::I64(i64::MIN));
     });
-    let g = Gguf::parse(&bytes).unwrap();
-    let md = g.metadata();
+    let g = GgufHeader::parse(&bytes).unwrap();
+    let md = g.metadata_in(&bytes);
     assert_eq!(md.get_int::<u8>("u8").unwrap(), 200);
     assert_eq!(md.get_int::<i64>("u8").unwrap(), 200);
     assert_eq!(md.get_int::<i8>("i8").unwrap(), -100);
@@ -91,8 +90,8 @@ fn get_int_names_key_value_and_target_when_the_value_does_not_fit() {
         w.kv("neg", OwnedValue::I8(-1));
         w.kv("u32", OwnedValue::U32(300));
     });
-    let g = Gguf::parse(&bytes).unwrap();
-    let md = g.metadata();
+    let g = GgufHeader::parse(&bytes).unwrap();
+    let md = g.metadata_in(&bytes);
     let cases: [(Error, &str, i128, &str); 4] = [
         (
             md.get_int::<i64>("big").unwrap_err(),
@@ -105,7 +104,7 @@ fn get_int_names_key_value_and_target_when_the_value_does_not_fit() {
         (md.get_opt_int::<i8>("u32").unwrap_err(), "u32", 300, "i8"),
     ];
     for (e, k, v, t) in cases {
-        assert_eq!(e.kind(), "int_out_of_range");
+        assert_eq!(e.name(), "int_out_of_range");
         let msg = e.to_string();
         match e {
             Error::IntOutOfRange { key, value, target } => {
@@ -126,8 +125,8 @@ fn get_int_rejects_values_that_are_not_integers() {
         w.kv_str("str", "1");
         w.kv_i32_array("arr", &[1]);
     });
-    let g = Gguf::parse(&bytes).unwrap();
-    let md = g.metadata();
+    let g = GgufHeader::parse(&bytes).unwrap();
+    let md = g.metadata_in(&bytes);
     for (key, found) in [
         ("bool", "bool"),
         ("f32", "f32"),
@@ -145,7 +144,7 @@ fn get_int_rejects_values_that_are_not_integers() {
         }
     }
     assert_eq!(
-        md.get_int::<u32>("missing").unwrap_err().kind(),
+        md.get_int::<u32>("missing").unwrap_err().name(),
         "key_not_found"
     );
 }
@@ -163,8 +162,8 @@ fn architecture_prefixes_hyperparameter_keys() {
             OwnedValue::F32(1e-6),
         );
     });
-    let g = Gguf::parse(&bytes).unwrap();
-    let md = g.metadata();
+    let g = GgufHeader::parse(&bytes).unwrap();
+    let md = g.metadata_in(&bytes);
     assert_eq!(md.architecture().unwrap(), "qwen2");
     assert_eq!(
         md.arch_key("context_length").unwrap(),
@@ -201,8 +200,8 @@ fn a_missing_or_mistyped_architecture_is_an_error_even_for_optional_getters() {
     let none = file(|w| {
         w.kv_u32("llama.block_count", 2);
     });
-    let g = Gguf::parse(&none).unwrap();
-    let md = g.metadata();
+    let g = GgufHeader::parse(&none).unwrap();
+    let md = g.metadata_in(&none);
     for e in [
         md.architecture().unwrap_err(),
         md.arch_key("block_count").unwrap_err(),
@@ -217,9 +216,9 @@ fn a_missing_or_mistyped_architecture_is_an_error_even_for_optional_getters() {
     let typed = file(|w| {
         w.kv_u32("general.architecture", 1);
     });
-    let g = Gguf::parse(&typed).unwrap();
+    let g = GgufHeader::parse(&typed).unwrap();
     assert_eq!(
-        g.metadata().architecture().unwrap_err().kind(),
+        g.metadata_in(&typed).architecture().unwrap_err().name(),
         "wrong_value_type"
     );
 }
@@ -243,8 +242,8 @@ fn per_layer_reads_a_scalar_or_an_array_of_any_integer_type() {
             ),
         );
     });
-    let g = Gguf::parse(&bytes).unwrap();
-    let md = g.metadata();
+    let g = GgufHeader::parse(&bytes).unwrap();
+    let md = g.metadata_in(&bytes);
     assert_eq!(
         md.per_layer::<u32>("llama.attention.head_count", 3)
             .unwrap(),
@@ -284,8 +283,8 @@ fn per_layer_errors_name_the_key() {
         w.kv("llama.attention.head_count", OwnedValue::F32(8.0));
         w.kv("llama.big", OwnedValue::I64(-5));
     });
-    let g = Gguf::parse(&bytes).unwrap();
-    let md = g.metadata();
+    let g = GgufHeader::parse(&bytes).unwrap();
+    let md = g.metadata_in(&bytes);
 
     match md
         .arch_per_layer::<u32>("attention.head_count_kv")
@@ -331,7 +330,7 @@ fn per_layer_errors_name_the_key() {
         }
     }
     assert_eq!(
-        md.arch_per_layer::<u32>("expert_count").unwrap_err().kind(),
+        md.arch_per_layer::<u32>("expert_count").unwrap_err().name(),
         "key_not_found"
     );
 }
@@ -342,9 +341,9 @@ fn per_layer_without_a_block_count_is_key_not_found() {
         w.kv_str("general.architecture", "llama");
         w.kv_u32("llama.attention.head_count", 8);
     });
-    let g = Gguf::parse(&bytes).unwrap();
+    let g = GgufHeader::parse(&bytes).unwrap();
     match g
-        .metadata()
+        .metadata_in(&bytes)
         .arch_per_layer::<u32>("attention.head_count")
         .unwrap_err()
     {
@@ -374,9 +373,9 @@ fn as_slice_borrows_aligned_arrays_and_copies_unaligned_ones() {
     let (mut borrowed, mut owned) = (0, 0);
     for key_len in 1..=8 {
         let bytes = u32_array_file(key_len, &values);
-        let g = Gguf::parse(&bytes).unwrap();
+        let g = GgufHeader::parse(&bytes).unwrap();
         let key = "k".repeat(key_len);
-        let a = g.metadata().get_array(&key).unwrap();
+        let a = g.metadata_in(&bytes).get_array(&key).unwrap();
         let aligned = a.raw_bytes().as_ptr() as usize % std::mem::align_of::<u32>() == 0;
         let s = a.as_slice::<u32>().unwrap();
         assert_eq!(&s[..], values, "key length {key_len}");
@@ -419,8 +418,8 @@ fn as_slice_reads_every_numeric_type_and_rejects_other_element_types() {
         w.kv("empty", array(ValueType::U16, vec![]));
         w.kv_str_array("str", &["a"]);
     });
-    let g = Gguf::parse(&bytes).unwrap();
-    let md = g.metadata();
+    let g = GgufHeader::parse(&bytes).unwrap();
+    let md = g.metadata_in(&bytes);
     let a = |k: &str| md.get_array(k).unwrap();
     assert_eq!(
         &a("f32").as_slice::<f32>().unwrap()[..],
@@ -443,7 +442,7 @@ fn as_slice_reads_every_numeric_type_and_rejects_other_element_types() {
         e => panic!("unexpected {e}"),
     }
     assert_eq!(
-        a("str").as_slice::<u8>().unwrap_err().kind(),
+        a("str").as_slice::<u8>().unwrap_err().name(),
         "wrong_value_type"
     );
 }

@@ -3,7 +3,7 @@
 
 #![cfg(target_os = "linux")]
 
-use weightmap::{gguf::write::Writer, Error, LoadOptions, TensorType, Weights};
+use weightmap::{gguf::Writer, Error, LoadOptions, TensorType, Weights};
 
 #[repr(C)]
 struct CapHeader {

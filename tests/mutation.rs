@@ -13,7 +13,7 @@ use std::path::Path;
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use weightmap::gguf::write::Writer;
+use weightmap::gguf::Writer;
 use weightmap::{Header, LoadOptions, TensorType, Weights};
 
 /// A base file and the length of its header region (where mutations are aimed).
@@ -197,7 +197,7 @@ fn apply(bytes: &mut Vec<u8>, header_len: usize, m: &Mutation) {
 fn summary(r: &weightmap::Result<Weights>) -> String {
     match r {
         Ok(w) => format!("Ok({} tensors)", w.len()),
-        Err(e) => format!("Err({}: {e})", e.kind()),
+        Err(e) => format!("Err({}: {e})", e.name()),
     }
 }
 
@@ -213,7 +213,7 @@ fn check(dir: &Path, bytes: &[u8]) -> Result<bool, TestCaseError> {
     let loaded = m.is_ok();
     match (&m, &s) {
         (Err(a), Err(b)) => {
-            prop_assert_eq!(a.kind(), b.kind());
+            prop_assert_eq!(a.name(), b.name());
             prop_assert_eq!(a.to_string(), b.to_string());
         }
         (Ok(a), Ok(b)) => {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use common::pattern;
 use weightmap::buffer::{Buffer, BufferType, CpuBufferType, SimDeviceBufferType};
-use weightmap::gguf::write::Writer;
+use weightmap::gguf::Writer;
 use weightmap::{
     CopyReason, Error, LoadMode, LoadOptions, PlacementKind, Prefetch, TensorInfo, TensorType,
     Weights,
@@ -207,7 +207,7 @@ fn a_device_that_wraps_host_memory_receives_the_mapped_range() {
     let plain: Arc<dyn BufferType> = Arc::new(SimDeviceBufferType::new(32, usize::MAX).unwrap());
     let w = load(&path, &LoadOptions::new().buffer_type(plain)).unwrap();
     assert_eq!(
-        w.report().fallback.as_ref().map(|f| f.kind()),
+        w.report().fallback.as_ref().map(|f| f.name()),
         Some("not_host")
     );
     assert_eq!(bytes_of(&w), bytes_of(&s));

@@ -12,9 +12,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use common::pattern;
-use weightmap::gguf::write::Writer;
-use weightmap::mmap::{evict, file_residency, file_residency_estimate};
-use weightmap::prefetch::PrefetchState;
+use weightmap::gguf::Writer;
+use weightmap::PrefetchState;
+use weightmap::{evict, file_residency, file_residency_estimate};
 use weightmap::{
     AccessAdvice, AdvicePolicy, Error, LoadMode, LoadOptions, Prefetch, PrefetchDecision,
     TensorType, Weights,
@@ -105,7 +105,8 @@ fn tensor_addr(w: &Weights, name: &str) -> (usize, usize) {
 }
 
 fn page() -> usize {
-    weightmap::mmap::page_size()
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
 }
 
 /// Whole pages inside a tensor, as (address, length).

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use weightmap::gguf::write::Writer;
+use weightmap::gguf::Writer;
 use weightmap::{quant, Error, LoadOptions, Tensor, TensorType, Weights};
 
 /// Q8_0 embedding 64 × 5 rows, two layers with an f32 norm and an f16
@@ -30,7 +30,7 @@ fn model(dir: &Path) -> PathBuf {
             norm,
         );
         let m: Vec<u8> = (0..64 * 3)
-            .flat_map(|i| weightmap::f16::from_f32(i as f32 / 8.0).to_le_bytes())
+            .flat_map(|i| half::f16::from_f32(i as f32 / 8.0).to_le_bytes())
             .collect();
         w.tensor(
             &format!("blk.{l}.attn_q.weight"),
@@ -75,7 +75,7 @@ fn rows_are_zero_copy_slices_and_dequantize_like_the_whole_tensor() {
     let mut out = vec![0f32; 320];
     e.dequantize_into(&mut out).unwrap();
     assert_eq!(out, whole);
-    let blocks: &[weightmap::buffer::BlockQ8_0] = e.row_as(4).unwrap();
+    let blocks: &[weightmap::quant::BlockQ8_0] = e.row_as(4).unwrap();
     assert_eq!(blocks.len(), 2);
     // Out of range, typed.
     assert!(matches!(
@@ -130,7 +130,7 @@ fn owned_tensors_keep_shared_weights_alive() {
     let q = &layers[1].q;
     assert_eq!(q.name(), "blk.1.attn_q.weight");
     assert_eq!(q.to_f32_vec().unwrap(), expect);
-    assert_eq!(q.view::<weightmap::f16>().unwrap().len(), 64 * 3);
+    assert_eq!(q.view::<half::f16>().unwrap().len(), 64 * 3);
     let mut row = vec![0f32; 64];
     q.row_f32(2, &mut row).unwrap();
     assert_eq!(row, expect[128..]);
@@ -161,7 +161,7 @@ fn scopes_narrow_lookups_and_check_shape_and_type() {
     assert_eq!(b1.prefix(), "blk.1.");
     assert_eq!(b1.tensors().count(), 2);
     let q = b1
-        .get(
+        .tensor_checked(
             "attn_q.weight",
             &[64, 3],
             &[TensorType::F16, TensorType::Q8_0],
@@ -173,7 +173,7 @@ fn scopes_narrow_lookups_and_check_shape_and_type() {
         Err(Error::TensorNotFound { name }) => assert_eq!(name, "blk.1.ffn_up.weight"),
         other => panic!("{other:?}"),
     }
-    match b1.get("attn_q.weight", &[3, 64], &[]) {
+    match b1.tensor_checked("attn_q.weight", &[3, 64], &[]) {
         Err(Error::ShapeMismatch {
             tensor,
             expected,
@@ -185,7 +185,7 @@ fn scopes_narrow_lookups_and_check_shape_and_type() {
         other => panic!("{other:?}"),
     }
     let e = w
-        .get("token_embd.weight", &[64, 5], &[TensorType::F32])
+        .tensor_checked("token_embd.weight", &[64, 5], &[TensorType::F32])
         .unwrap_err();
     assert!(
         matches!(&e, Error::TypeMismatch { found: "q8_0", expected, .. } if expected == &["f32"]),

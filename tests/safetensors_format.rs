@@ -5,8 +5,15 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use weightmap::safetensors::{sniff, Parse, SafetensorsHeader, MAX_HEADER_LEN};
-use weightmap::{Error, TensorType};
+use weightmap::safetensors::SafetensorsHeader;
+use weightmap::{Error, Format, Parse, TensorType};
+
+const MAX_HEADER_LEN: u64 = SafetensorsHeader::MAX_HEADER_LEN;
+
+/// Whether the format detection takes `prefix` for safetensors.
+fn sniff(prefix: &[u8]) -> bool {
+    matches!(Format::detect(prefix), Ok(Format::Safetensors))
+}
 
 const FIXTURES: [&str; 3] = [
     "tiny.safetensors",

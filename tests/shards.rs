@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use weightmap::gguf::write::{OwnedValue, Writer};
+use weightmap::gguf::{OwnedValue, Writer};
 use weightmap::{Error, LoadMode, LoadOptions, TensorType, Weights, WeightsHeader};
 
 fn shards_dir() -> PathBuf {

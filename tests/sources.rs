@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::Path;
 
 use common::pattern;
-use weightmap::gguf::write::Writer;
+use weightmap::gguf::Writer;
 use weightmap::{AccessAdvice, Error, LoadMode, LoadOptions, PlacementKind, TensorType, Weights};
 
 fn model() -> Vec<u8> {

@@ -11,9 +11,10 @@ use std::sync::{Arc, Mutex};
 
 use common::pattern;
 use weightmap::buffer::{Buffer, BufferType, BufferUsage, CpuBufferType};
-use weightmap::gguf::write::Writer;
-use weightmap::loader::{DirectIo, DirectOutcome, PROGRESS_STEP};
-use weightmap::mmap::{evict, file_residency};
+use weightmap::gguf::Writer;
+use weightmap::{DirectIo, DirectOutcome};
+const PROGRESS_STEP: u64 = weightmap::LoadOptions::PROGRESS_STEP;
+use weightmap::{evict, file_residency};
 use weightmap::{Error, LoadOptions, Prefetch, TensorType, Weights};
 
 const MIB: usize = 1 << 20;

@@ -4,8 +4,8 @@
 //!
 //! `cargo run -p weightmap-capi --example gen_proof_model -- OUT.gguf`
 
-use weightmap::f16;
-use weightmap::gguf::write::Writer;
+use half::f16;
+use weightmap::gguf::Writer;
 use weightmap::TensorType;
 
 /// xorshift64*: the same bytes on every machine.

@@ -76,6 +76,11 @@
 #define WM_ERR_INTERNAL 9
 
 /**
+ * The caller cancelled the operation (from a progress callback).
+ */
+#define WM_ERR_CANCELLED 10
+
+/**
  * `wm_options.mode`: map the file read-only and point tensors at it
  * (the default). A tensor whose address is not aligned for the buffer is
  * copied into an owned buffer and the rest stay mapped (hybrid placement).

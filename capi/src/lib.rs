@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 
 use weightmap::buffer::CpuBufferType;
 use weightmap::gguf::Value;
-use weightmap::{Error, LoadMode, LoadOptions, Weights};
+use weightmap::{Error, ErrorKind, LoadMode, LoadOptions, Weights};
 
 // ---- return codes -----------------------------------------------------------
 
@@ -57,6 +57,8 @@ pub const WM_ERR_NO_MEMORY: c_int = 7;
 pub const WM_ERR_UNSUPPORTED: c_int = 8;
 /// A bug in weightmap (a caught panic); the message says where.
 pub const WM_ERR_INTERNAL: c_int = 9;
+/// The caller cancelled the operation (from a progress callback).
+pub const WM_ERR_CANCELLED: c_int = 10;
 
 // ---- load modes ---------------------------------------------------------------
 
@@ -79,8 +81,6 @@ pub struct wm_weights {
     weights: Weights,
     /// Tensor names, NUL-terminated, in tensor order.
     names: Vec<Box<[u8]>>,
-    /// Tensor index by name.
-    by_name: HashMap<Box<str>, usize>,
     /// Why the mapped path was not used, NUL-terminated.
     fallback: Option<Box<[u8]>>,
     /// NUL-terminated copies of metadata strings handed out, so that each
@@ -166,18 +166,19 @@ impl From<Error> for Fail {
 }
 
 /// The return code for a library error.
+/// One code per [`ErrorKind`].
 fn code_of(e: &Error) -> c_int {
-    match e {
-        Error::Io { .. } => WM_ERR_IO,
-        Error::KeyNotFound { .. } | Error::TensorNotFound { .. } => WM_ERR_NOT_FOUND,
-        Error::WrongValueType { .. } | Error::IntOutOfRange { .. } => WM_ERR_WRONG_TYPE,
-        Error::InvalidAlignment { .. } => WM_ERR_BAD_ARGUMENT,
-        Error::MmapFailed { .. } => WM_ERR_MMAP,
-        Error::OutOfMemory { .. } | Error::Alloc { .. } | Error::BufferTooLarge { .. } => {
-            WM_ERR_NO_MEMORY
-        }
-        // The stream path's own failure decides the code.
-        Error::FallbackFailed { source, .. } => code_of(source),
+    match e.kind() {
+        ErrorKind::InvalidFile => WM_ERR_INVALID_FILE,
+        ErrorKind::Io => WM_ERR_IO,
+        ErrorKind::NotFound => WM_ERR_NOT_FOUND,
+        ErrorKind::WrongType => WM_ERR_WRONG_TYPE,
+        ErrorKind::InvalidArgument => WM_ERR_BAD_ARGUMENT,
+        ErrorKind::MmapFailed => WM_ERR_MMAP,
+        ErrorKind::OutOfMemory => WM_ERR_NO_MEMORY,
+        ErrorKind::Unsupported => WM_ERR_UNSUPPORTED,
+        ErrorKind::Cancelled => WM_ERR_CANCELLED,
+        // A kind added to the library after this ABI was built.
         _ => WM_ERR_INVALID_FILE,
     }
 }
@@ -388,20 +389,17 @@ fn path_of(bytes: &[u8]) -> Result<PathBuf, Fail> {
 fn build(weights: Weights) -> Result<wm_weights, Fail> {
     let n = weights.len();
     let mut names = Vec::with_capacity(n);
-    let mut by_name = HashMap::with_capacity(n);
-    for (i, t) in weights.tensors().enumerate() {
+    for t in weights.tensors() {
         names.push(nul_terminated(t.name().as_bytes()));
-        by_name.insert(t.name().into(), i);
     }
     let fallback = weights
         .report()
         .fallback
         .as_ref()
-        .map(|r| nul_terminated(format!("{}: {r}", r.kind()).as_bytes()));
+        .map(|r| nul_terminated(format!("{}: {r}", r.name()).as_bytes()));
     Ok(wm_weights {
         weights,
         names,
-        by_name,
         fallback,
         strings: Mutex::new(StringCache::default()),
     })
@@ -672,7 +670,7 @@ pub unsafe extern "C" fn wm_tensor_by_name(
         if out.is_null() {
             return Err(Fail::null("out"));
         }
-        let i = *w.by_name.get(name).ok_or_else(|| {
+        let i = w.weights.tensor_index(name).ok_or_else(|| {
             Fail::new(
                 WM_ERR_NOT_FOUND,
                 format!("no tensor named '{name}' in {}", w.weights.path().display()),
@@ -736,13 +734,7 @@ pub unsafe extern "C" fn wm_tensor_dequantize(
         // SAFETY: the caller promises `out` is valid for `out_len` floats,
         // and nothing else refers to that memory during this call.
         let out = unsafe { std::slice::from_raw_parts_mut(out, n) };
-        t.rows_f32(row_begin..row_end, out).map_err(|e| match e {
-            Error::NoDequantize { .. } => Fail::new(WM_ERR_UNSUPPORTED, e.to_string()),
-            Error::RowOutOfRange { .. } | Error::OutputLength { .. } => {
-                Fail::new(WM_ERR_BAD_ARGUMENT, e.to_string())
-            }
-            e => Fail::from(e),
-        })?;
+        t.rows_f32(row_begin..row_end, out)?;
         Ok(())
     })
 }

@@ -11,6 +11,14 @@
 //! order shapes. Exactly [`GenSpec::tensors`] tensors are written: when the
 //! count is not `3 + 9 × blocks`, the last block is partial.
 //!
+//! [`GenSpec::arch`] [`Arch::Gemma3`] writes a gemma-3-like model instead:
+//! attention heads of 256 whose total width (`n_head × head_dim`) is twice
+//! the embedding length, one KV head, thirteen tensors a block (adding
+//! `attn_q_norm`, `attn_k_norm`, `post_attention_norm` and `post_ffw_norm`),
+//! no `output.weight` (tied to `token_embd.weight`), and the `gemma3.*` keys
+//! that describe it, `attention.key_length` and `value_length` among them.
+//! It is for runtimes that must not assume `n_head × head_dim = n_embd`.
+//!
 //! The embedding length and feed-forward length are multiples of 256 (so
 //! every `ne[0]` is a whole number of blocks of every ggml type), chosen so
 //! that the total tensor bytes come as close to [`GenSpec::size`] as those
@@ -45,23 +53,24 @@
 //! # Ok(()) }
 //! ```
 
+use std::fmt;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::outfile::OutFile;
-use weightmap::error::{Error, Result};
-use weightmap::format::{Format, Header, Parse};
-use weightmap::gguf::write::{OwnedValue, Writer};
 use weightmap::gguf::ValueType;
-use weightmap::types::TensorType;
+use weightmap::gguf::{OwnedValue, Writer};
+use weightmap::TensorType;
+use weightmap::{Error, Result};
+use weightmap::{Format, Header, Parse};
 
 /// Bumped whenever the generator's output for a given spec changes, so that
 /// caches keyed on the spec (as `weightmap bench` keeps) can tell stale files.
 pub const GENERATOR_VERSION: u32 = 2;
 
 /// What to generate.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct GenSpec {
     /// GGUF or safetensors.
     pub format: Format,
@@ -88,6 +97,109 @@ pub struct GenSpec {
     pub alignment: u64,
     /// Seed of the tensor bytes and of the tokens' shapes.
     pub seed: u64,
+    /// The architecture imitated: tensor names, attention shapes, metadata.
+    pub arch: Arch,
+}
+
+// Not derived: `weightmap bench` keys its model cache on this text, so a
+// llama spec (every spec before `arch` existed) must print as it always did.
+impl fmt::Debug for GenSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut s = f.debug_struct("GenSpec");
+        s.field("format", &self.format)
+            .field("size", &self.size)
+            .field("tensors", &self.tensors)
+            .field("vocab", &self.vocab)
+            .field("types", &self.types)
+            .field("alignment", &self.alignment)
+            .field("seed", &self.seed);
+        if self.arch != Arch::Llama {
+            s.field("arch", &self.arch);
+        }
+        s.finish()
+    }
+}
+
+/// The architecture a generated model imitates.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Arch {
+    /// llama: nine tensors a block; heads of 64, together as wide as the
+    /// embedding; a KV head per four query heads; an `output.weight`.
+    #[default]
+    Llama,
+    /// gemma 3 (as llama.cpp writes gemma-3-270m): thirteen tensors a block
+    /// with q/k and post norms; heads of 256, together twice as wide as the
+    /// embedding; one KV head; the output tied to the token embedding.
+    Gemma3,
+}
+
+impl Arch {
+    /// `general.architecture`, and the prefix of the architecture's keys.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Gemma3 => "gemma3",
+        }
+    }
+
+    /// The attention for embedding length `e` (a multiple of 256).
+    fn attention(self, e: u64) -> Attention {
+        match self {
+            // q is e wide and k, v e / 4: the shapes this generator has
+            // always written.
+            Arch::Llama => Attention {
+                heads: e / 64,
+                kv_heads: e / 256,
+                head_dim: 64,
+            },
+            // gemma 3's head size; twice e so that q is never e wide (so a
+            // runtime that assumes it is fails), one KV head as in
+            // gemma-3-270m and 1b (any head count is a multiple of it).
+            Arch::Gemma3 => Attention {
+                heads: e / 128,
+                kv_heads: 1,
+                head_dim: 256,
+            },
+        }
+    }
+
+    /// The roles of one block's tensors, in file order.
+    fn block(self) -> &'static [Role] {
+        match self {
+            Arch::Llama => &LLAMA_BLOCK,
+            Arch::Gemma3 => &GEMMA3_BLOCK,
+        }
+    }
+
+    /// The roles after the blocks: gemma 3 has no output matrix (llama.cpp
+    /// uses the token embedding's).
+    fn tail(self) -> &'static [Role] {
+        match self {
+            Arch::Llama => &[Role::OutputNorm, Role::Output],
+            Arch::Gemma3 => &[Role::OutputNorm],
+        }
+    }
+}
+
+/// Attention dimensions: `heads` query heads and `kv_heads` key/value heads,
+/// each `head_dim` wide (keys and values alike).
+#[derive(Clone, Copy, Debug)]
+struct Attention {
+    heads: u64,
+    kv_heads: u64,
+    head_dim: u64,
+}
+
+impl Attention {
+    /// Width of the queries (`attn_q`'s `ne[1]`, `attn_output`'s `ne[0]`).
+    fn q_width(self) -> u64 {
+        self.heads * self.head_dim
+    }
+
+    /// Width of the keys and of the values (`attn_k`'s and `attn_v`'s `ne[1]`).
+    fn kv_width(self) -> u64 {
+        self.kv_heads * self.head_dim
+    }
 }
 
 impl Default for GenSpec {
@@ -108,6 +220,7 @@ impl Default for GenSpec {
             ],
             alignment: 32,
             seed: 0x5EED_5EED,
+            arch: Arch::Llama,
         }
     }
 }
@@ -392,9 +505,15 @@ enum Role {
     Gate,
     Up,
     Down,
+    // gemma 3's: RMS norms of each query and key head, and of the attention's
+    // and the feed-forward's outputs.
+    QNorm,
+    KNorm,
+    PostAttnNorm,
+    PostFfwNorm,
 }
 
-const BLOCK: [Role; 9] = [
+const LLAMA_BLOCK: [Role; 9] = [
     Role::AttnNorm,
     Role::Q,
     Role::K,
@@ -406,8 +525,25 @@ const BLOCK: [Role; 9] = [
     Role::Down,
 ];
 
+/// The tensors of a gemma 3 block, as llama.cpp's gemma3 loader names them.
+const GEMMA3_BLOCK: [Role; 13] = [
+    Role::AttnNorm,
+    Role::Q,
+    Role::K,
+    Role::V,
+    Role::QNorm,
+    Role::KNorm,
+    Role::O,
+    Role::PostAttnNorm,
+    Role::FfnNorm,
+    Role::Gate,
+    Role::Up,
+    Role::Down,
+    Role::PostFfwNorm,
+];
+
 impl Role {
-    fn name(self, format: Format, block: u64) -> String {
+    fn name(self, format: Format, arch: Arch, block: u64) -> String {
         let gguf = format == Format::Gguf;
         let (g, h) = match self {
             Role::TokEmbd => return pick(gguf, "token_embd.weight", "model.embed_tokens.weight"),
@@ -418,10 +554,16 @@ impl Role {
             Role::K => ("attn_k", "self_attn.k_proj"),
             Role::V => ("attn_v", "self_attn.v_proj"),
             Role::O => ("attn_output", "self_attn.o_proj"),
+            // Hugging Face's gemma 3 has a post_attention_layernorm of its own.
+            Role::FfnNorm if arch == Arch::Gemma3 => ("ffn_norm", "pre_feedforward_layernorm"),
             Role::FfnNorm => ("ffn_norm", "post_attention_layernorm"),
             Role::Gate => ("ffn_gate", "mlp.gate_proj"),
             Role::Up => ("ffn_up", "mlp.up_proj"),
             Role::Down => ("ffn_down", "mlp.down_proj"),
+            Role::QNorm => ("attn_q_norm", "self_attn.q_norm"),
+            Role::KNorm => ("attn_k_norm", "self_attn.k_norm"),
+            Role::PostAttnNorm => ("post_attention_norm", "post_attention_layernorm"),
+            Role::PostFfwNorm => ("post_ffw_norm", "post_feedforward_layernorm"),
         };
         if gguf {
             format!("blk.{block}.{g}.weight")
@@ -431,16 +573,31 @@ impl Role {
     }
 
     fn is_norm(self) -> bool {
-        matches!(self, Role::OutputNorm | Role::AttnNorm | Role::FfnNorm)
+        matches!(
+            self,
+            Role::OutputNorm
+                | Role::AttnNorm
+                | Role::FfnNorm
+                | Role::QNorm
+                | Role::KNorm
+                | Role::PostAttnNorm
+                | Role::PostFfwNorm
+        )
     }
 
-    /// ggml-order dims for embedding `e`, kv width `kv`, feed-forward `f`, vocab `v`.
-    fn dims(self, e: u64, kv: u64, f: u64, v: u64) -> Vec<u64> {
+    /// ggml-order dims for embedding `e`, attention `a`, feed-forward `f`, vocab `v`.
+    fn dims(self, e: u64, a: Attention, f: u64, v: u64) -> Vec<u64> {
         match self {
             Role::TokEmbd | Role::Output => vec![e, v],
-            Role::OutputNorm | Role::AttnNorm | Role::FfnNorm => vec![e],
-            Role::Q | Role::O => vec![e, e],
-            Role::K | Role::V => vec![e, kv],
+            Role::OutputNorm
+            | Role::AttnNorm
+            | Role::FfnNorm
+            | Role::PostAttnNorm
+            | Role::PostFfwNorm => vec![e],
+            Role::QNorm | Role::KNorm => vec![a.head_dim],
+            Role::Q => vec![e, a.q_width()],
+            Role::O => vec![a.q_width(), e],
+            Role::K | Role::V => vec![e, a.kv_width()],
             Role::Gate | Role::Up => vec![e, f],
             Role::Down => vec![f, e],
         }
@@ -459,7 +616,9 @@ struct PlannedTensor {
 }
 
 struct Layout {
+    arch: Arch,
     embd: u64,
+    attention: Attention,
     ff: u64,
     blocks: u64,
     tensors: Vec<PlannedTensor>,
@@ -476,7 +635,7 @@ impl Layout {
                 alignment: usize::try_from(spec.alignment).unwrap_or(usize::MAX),
             });
         }
-        let roles = roles(spec.tensors);
+        let roles = roles(spec.tensors, spec.arch);
         let types = assign_types(spec, &roles);
         let v = spec.vocab as u64;
         // Total bytes for embedding step k and ff step m (both × 256), or None on overflow.
@@ -487,7 +646,7 @@ impl Layout {
                 .zip(&types)
                 .try_fold(0u64, |acc, ((role, _), ty)| {
                     let n = role
-                        .dims(e, e / 4, f, v)
+                        .dims(e, spec.arch.attention(e), f, v)
                         .iter()
                         .try_fold(1u64, |a, &d| a.checked_mul(d))?;
                     acc.checked_add(ty.bytes_for(n)?)
@@ -528,15 +687,16 @@ impl Layout {
             return Err(Error::TensorSizeOverflow {
                 tensor: roles
                     .first()
-                    .map_or_else(String::new, |(r, b)| r.name(spec.format, *b)),
+                    .map_or_else(String::new, |(r, b)| r.name(spec.format, spec.arch, *b)),
                 what: "byte size",
             });
         };
         let (e, f) = (k * 256, m * 256);
+        let attention = spec.arch.attention(e);
         let mut tensors = Vec::with_capacity(roles.len());
         let mut tensor_bytes = 0u64;
         for ((role, block), ty) in roles.iter().zip(&types) {
-            let ne = role.dims(e, e / 4, f, v);
+            let ne = role.dims(e, attention, f, v);
             // Cannot fail: `total` computed the same products without overflow.
             let nbytes = ne
                 .iter()
@@ -545,19 +705,23 @@ impl Layout {
                 .unwrap_or(0);
             tensor_bytes += nbytes;
             tensors.push(PlannedTensor {
-                name: role.name(spec.format, *block),
+                name: role.name(spec.format, spec.arch, *block),
                 ty: *ty,
                 ne,
                 nbytes,
             });
         }
-        let blocks = if spec.tensors > 3 {
-            (spec.tensors as u64 - 3).div_ceil(9)
+        // Tensors outside the blocks: token_embd and the tail.
+        let outside = 1 + spec.arch.tail().len();
+        let blocks = if spec.tensors > outside {
+            (spec.tensors - outside).div_ceil(spec.arch.block().len()) as u64
         } else {
             0
         };
         Ok(Layout {
+            arch: spec.arch,
             embd: e,
+            attention,
             ff: f,
             blocks,
             tensors,
@@ -584,24 +748,40 @@ impl Layout {
 
     fn gguf_writer(&self, spec: &GenSpec) -> Writer {
         let e = self.embd;
+        let a = self.attention;
+        let arch = self.arch.name();
+        let key = |suffix: &str| format!("{arch}.{suffix}");
         let u32v = |x: u64| u32::try_from(x).map_or(OwnedValue::U64(x), OwnedValue::U32);
+        // Context, rope base and norm epsilon: llama 2's, or gemma-3-270m's.
+        let (context, rope_base, eps) = match self.arch {
+            Arch::Llama => (4096, 10000.0, 1e-5),
+            Arch::Gemma3 => (32768, 1_000_000.0, 1e-6),
+        };
         let mut w = Writer::new(spec.alignment);
-        w.kv_str("general.architecture", "llama")
-            .kv_str("general.name", "weightmap synthetic llama")
+        w.kv_str("general.architecture", arch)
+            .kv_str("general.name", &format!("weightmap synthetic {arch}"))
             .kv("general.quantization_version", OwnedValue::U32(2))
-            .kv("llama.block_count", u32v(self.blocks))
-            .kv("llama.context_length", OwnedValue::U32(4096))
-            .kv("llama.embedding_length", u32v(e))
-            .kv("llama.feed_forward_length", u32v(self.ff))
-            .kv("llama.attention.head_count", u32v(e / 64))
-            .kv("llama.attention.head_count_kv", u32v(e / 256))
-            .kv("llama.rope.freq_base", OwnedValue::F32(10000.0))
-            .kv("llama.rope.dimension_count", OwnedValue::U32(64))
+            .kv(&key("block_count"), u32v(self.blocks))
+            .kv(&key("context_length"), OwnedValue::U32(context))
+            .kv(&key("embedding_length"), u32v(e))
+            .kv(&key("feed_forward_length"), u32v(self.ff))
+            .kv(&key("attention.head_count"), u32v(a.heads))
+            .kv(&key("attention.head_count_kv"), u32v(a.kv_heads));
+        if self.arch == Arch::Gemma3 {
+            // The head size is not n_embd / n_head: files must say what it
+            // is, as llama.cpp's gemma 3 files do. (Not written for llama,
+            // whose output stays as it always was.)
+            w.kv(&key("attention.key_length"), u32v(a.head_dim))
+                .kv(&key("attention.value_length"), u32v(a.head_dim))
+                .kv(&key("attention.sliding_window"), OwnedValue::U32(512));
+        }
+        w.kv(&key("rope.freq_base"), OwnedValue::F32(rope_base))
+            .kv(&key("rope.dimension_count"), u32v(a.head_dim))
             .kv(
-                "llama.attention.layer_norm_rms_epsilon",
-                OwnedValue::F32(1e-5),
+                &key("attention.layer_norm_rms_epsilon"),
+                OwnedValue::F32(eps),
             )
-            .kv("llama.vocab_size", u32v(spec.vocab as u64))
+            .kv(&key("vocab_size"), u32v(spec.vocab as u64))
             .kv_str("tokenizer.ggml.model", "llama");
         let vocab = Vocab { seed: spec.seed };
         w.kv(
@@ -655,7 +835,7 @@ impl Layout {
         for (k, v) in [
             ("format", "pt".to_owned()),
             ("generator", format!("weightmap gen v{GENERATOR_VERSION}")),
-            ("architecture", "llama".to_owned()),
+            ("architecture", self.arch.name().to_owned()),
             ("seed", spec.seed.to_string()),
             ("vocab_size", spec.vocab.to_string()),
             ("hidden_size", self.embd.to_string()),
@@ -664,9 +844,20 @@ impl Layout {
         ] {
             meta.insert(k.to_owned(), Value::String(v));
         }
+        if self.arch == Arch::Gemma3 {
+            // As for GGUF: the head size is not hidden_size / heads.
+            let a = self.attention;
+            for (k, v) in [
+                ("num_attention_heads", a.heads),
+                ("num_key_value_heads", a.kv_heads),
+                ("head_dim", a.head_dim),
+            ] {
+                meta.insert(k.to_owned(), Value::String(v.to_string()));
+            }
+        }
         let mut root = Map::new();
         root.insert(
-            weightmap::safetensors::METADATA_KEY.to_owned(),
+            weightmap::safetensors::SafetensorsHeader::METADATA_KEY.to_owned(),
             Value::Object(meta),
         );
         let mut off = 0u64;
@@ -707,21 +898,21 @@ impl Layout {
     }
 }
 
-/// Roles in file order, with block numbers, for `n` tensors.
-fn roles(n: usize) -> Vec<(Role, u64)> {
+/// Roles in file order, with block numbers, for `n` tensors: the token
+/// embedding, the blocks (the last one partial if need be), then the tail;
+/// below `1 + tail` tensors, the first `n` of the token embedding and tail.
+fn roles(n: usize, arch: Arch) -> Vec<(Role, u64)> {
+    let (block, tail) = (arch.block(), arch.tail());
     let mut r = Vec::with_capacity(n);
-    match n {
-        0 => {}
-        1 => r.push((Role::TokEmbd, 0)),
-        2 => r.extend([(Role::TokEmbd, 0), (Role::OutputNorm, 0)]),
-        _ => {
-            r.push((Role::TokEmbd, 0));
-            for i in 0..n - 3 {
-                r.push((BLOCK[i % 9], (i / 9) as u64));
-            }
-            r.extend([(Role::OutputNorm, 0), (Role::Output, 0)]);
-        }
+    if n == 0 {
+        return r;
     }
+    r.push((Role::TokEmbd, 0));
+    let in_blocks = n.saturating_sub(1 + tail.len());
+    for i in 0..in_blocks {
+        r.push((block[i % block.len()], (i / block.len()) as u64));
+    }
+    r.extend(tail.iter().take(n - 1 - in_blocks).map(|&t| (t, 0)));
     r
 }
 
@@ -864,7 +1055,7 @@ impl Vocab {
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
-    use weightmap::format::Header;
+    use weightmap::Header;
 
     fn small(format: Format) -> GenSpec {
         GenSpec {
@@ -1065,6 +1256,88 @@ mod tests {
             ..GenSpec::default()
         };
         assert_eq!(plan(&huge).unwrap().embedding_length, 256 * MAX_STEPS);
+    }
+
+    #[test]
+    fn gemma3_attention_is_not_the_embedding_width() {
+        let dir = tempfile::tempdir().unwrap();
+        // Two whole blocks of 13, token_embd and output_norm.
+        let spec = GenSpec {
+            arch: Arch::Gemma3,
+            tensors: 28,
+            ..small(Format::Gguf)
+        };
+        let bytes = gen_bytes(&spec, dir.path(), "g.gguf");
+        assert_eq!(plan(&spec).unwrap().file_size, bytes.len() as u64);
+        let h = Header::parse(&bytes).unwrap();
+        let md = h.gguf_metadata(&bytes).unwrap();
+        assert_eq!(md.architecture().unwrap(), "gemma3");
+        assert_eq!(md.block_count().unwrap(), 2);
+        let e = md.embedding_length().unwrap();
+        let heads: u64 = md.arch_int("attention.head_count").unwrap();
+        let kv: u64 = md.arch_int("attention.head_count_kv").unwrap();
+        let k: u64 = md.arch_int("attention.key_length").unwrap();
+        assert_eq!((k, kv, heads * k), (256, 1, 2 * e));
+        let ne = |name: &str| {
+            let i = h.tensor_index(name).unwrap_or_else(|| panic!("{name}"));
+            h.tensors().get(i).unwrap().ne()
+        };
+        assert_eq!(ne("blk.1.attn_q.weight"), [e, 2 * e]);
+        assert_eq!(ne("blk.1.attn_k.weight"), [e, 256]);
+        assert_eq!(ne("blk.1.attn_output.weight"), [2 * e, e]);
+        assert_eq!(ne("blk.1.attn_q_norm.weight"), [256]);
+        assert_eq!(ne("blk.1.post_ffw_norm.weight"), [e]);
+        assert_eq!(h.tensors().get(27).unwrap().name, "output_norm.weight");
+        assert!(h.tensor_index("output.weight").is_none(), "tied output");
+        // The Hugging Face names, gemma 3's norms among them.
+        let st = GenSpec {
+            format: Format::Safetensors,
+            ..spec
+        };
+        let bytes = gen_bytes(&st, dir.path(), "g.safetensors");
+        let h = Header::parse(&bytes).unwrap();
+        for name in [
+            "model.layers.1.self_attn.k_norm.weight",
+            "model.layers.1.post_attention_layernorm.weight",
+            "model.layers.1.pre_feedforward_layernorm.weight",
+            "model.layers.1.post_feedforward_layernorm.weight",
+        ] {
+            assert!(h.tensor_index(name).is_some(), "{name}");
+        }
+        assert!(h.tensor_index("lm_head.weight").is_none());
+    }
+
+    #[test]
+    fn a_llama_spec_prints_as_before_arch_existed() {
+        // The cache key of `weightmap bench`: what the derived Debug printed.
+        #[derive(Debug)]
+        #[allow(dead_code)]
+        struct GenSpec {
+            format: Format,
+            size: u64,
+            tensors: usize,
+            vocab: usize,
+            types: Vec<TensorType>,
+            alignment: u64,
+            seed: u64,
+        }
+        let d = super::GenSpec::default();
+        let before = GenSpec {
+            format: d.format,
+            size: d.size,
+            tensors: d.tensors,
+            vocab: d.vocab,
+            types: d.types.clone(),
+            alignment: d.alignment,
+            seed: d.seed,
+        };
+        assert_eq!(format!("{d:?}"), format!("{before:?}"));
+        assert_eq!(format!("{d:#?}"), format!("{before:#?}"));
+        let g = super::GenSpec {
+            arch: Arch::Gemma3,
+            ..d
+        };
+        assert!(format!("{g:?}").ends_with(", arch: Gemma3 }"), "{g:?}");
     }
 
     #[test]

@@ -31,7 +31,7 @@ use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use weightmap::error::{Error, Result};
+use weightmap::{Error, Result};
 
 /// A temporary file that becomes `dest` on [`OutFile::commit`].
 #[derive(Debug)]
@@ -242,7 +242,7 @@ mod tests {
     fn refuses_non_regular_destinations() {
         let dir = tempfile::tempdir().unwrap();
         let e = OutFile::create(dir.path()).unwrap_err();
-        assert_eq!(e.kind(), "not_regular_destination", "{e}");
+        assert_eq!(e.name(), "not_regular_destination", "{e}");
         let e = OutFile::create(Path::new("/dev/null")).unwrap_err();
         assert!(e.to_string().contains("character device"), "{e}");
         let link = dir.path().join("link");

@@ -9,13 +9,13 @@ use std::path::{Path, PathBuf};
 
 use crate::outfile::OutFile;
 use std::os::unix::fs::FileExt;
-use weightmap::error::{Error, Result};
-use weightmap::format::Format;
-use weightmap::gguf::write::{OwnedValue, Writer};
+use weightmap::gguf::{OwnedValue, Writer};
 use weightmap::gguf::{Value, ValueType};
-use weightmap::tensor::{TensorInfo, TensorTable};
-use weightmap::types::TensorType;
+use weightmap::Format;
+use weightmap::TensorType;
 use weightmap::WeightsHeader;
+use weightmap::{Error, Result};
+use weightmap::{TensorInfo, TensorTable};
 
 /// Split the model at `src` into `shards` files named after `out`: for
 /// GGUF, `NAME-00001-of-0000N.gguf` with `split.no`, `split.count` and
@@ -221,7 +221,7 @@ fn write_safetensors(
     let mut root = serde_json::Map::new();
     if !meta.is_empty() {
         root.insert(
-            weightmap::safetensors::METADATA_KEY.into(),
+            weightmap::safetensors::SafetensorsHeader::METADATA_KEY.into(),
             serde_json::json!(meta),
         );
     }

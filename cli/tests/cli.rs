@@ -407,7 +407,7 @@ fn hybrid_load_grows_anonymous_memory_by_the_copied_bytes_only() {
     // than the last (an 8-byte spacer between them), so their addresses
     // take all four residues mod 32 and exactly one is 32-aligned.
     let dir = tempfile::tempdir().unwrap();
-    let mut w = weightmap::gguf::write::Writer::new(8);
+    let mut w = weightmap::gguf::Writer::new(8);
     let big = 8 << 20;
     for i in 0..4 {
         w.tensor(
@@ -902,4 +902,53 @@ fn read_baseline_reads_every_file_of_a_model() {
         assert_eq!(v["bytes"], bytes, "{}", path.display());
         assert!(v["ready_ms"].as_f64().unwrap() >= v["load_ms"].as_f64().unwrap());
     }
+}
+
+/// `gen --arch gemma3`: attention wider than the embedding, so that a
+/// runtime assuming n_head × head_dim = n_embd is caught; the file loads.
+#[test]
+fn gen_arch_gemma3_has_attention_wider_than_the_embedding() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("g.gguf");
+    // token_embd, two blocks of 13, output_norm.
+    let o = run(&[
+        "gen",
+        p(&f),
+        "--arch",
+        "gemma3",
+        "--size",
+        "4M",
+        "--tensors",
+        "28",
+        "--vocab",
+        "300",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = run_json(&["inspect", p(&f), "--json"]);
+    let md = &v["metadata"];
+    assert_eq!(md["general.architecture"], "gemma3");
+    assert_eq!(md["gemma3.block_count"], 2);
+    let n_embd = md["gemma3.embedding_length"].as_u64().unwrap();
+    let heads = md["gemma3.attention.head_count"].as_u64().unwrap();
+    let head_dim = md["gemma3.attention.key_length"].as_u64().unwrap();
+    assert_ne!(heads * head_dim, n_embd);
+    let tensors = v["tensors"].as_array().unwrap();
+    let shape = |name: &str| {
+        let t = tensors
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("no {name}"));
+        t["shape"].clone()
+    };
+    // ggml order: [n_embd, rows]; the rows are the heads' width, not n_embd.
+    let q = shape("blk.0.attn_q.weight");
+    assert_eq!(q[0], n_embd);
+    assert_ne!(q[1], n_embd);
+    assert_eq!(q[1], heads * head_dim);
+    assert_eq!(shape("blk.1.attn_output.weight")[0], heads * head_dim);
+    assert_eq!(shape("blk.1.attn_q_norm.weight")[0], head_dim);
+    assert!(tensors.iter().all(|t| t["name"] != "output.weight"), "tied");
+    let loaded = load_json(&f, "mmap", &["--hashes"]);
+    assert_eq!(loaded["tensors"].as_array().unwrap().len(), 28);
+    assert_eq!(run(&["validate", p(&f)]).status.code(), Some(0));
 }

@@ -1,10 +1,10 @@
 //! `weightmap validate --data` and `weightmap dequant`, run as the built
-//! binary on files made with `weightmap::gguf::write::Writer`.
+//! binary on files made with `weightmap::gguf::Writer`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use weightmap::gguf::write::Writer;
+use weightmap::gguf::Writer;
 use weightmap::quant::dequantize_to_vec;
 use weightmap::TensorType;
 

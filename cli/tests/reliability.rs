@@ -299,7 +299,7 @@ fn assert_no_controls(text: &[u8]) {
 
 #[test]
 fn text_output_escapes_control_characters_in_names() {
-    use weightmap::gguf::write::Writer;
+    use weightmap::gguf::Writer;
     use weightmap::TensorType;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -348,7 +348,7 @@ fn an_oversized_safetensors_header_length_has_its_own_message() {
 
 /// A GGUF with `n` one-element f32 tensors, written with the crate's writer.
 fn many_tensors(path: &Path, n: usize) {
-    use weightmap::gguf::write::Writer;
+    use weightmap::gguf::Writer;
     use weightmap::TensorType;
     let mut w = Writer::new(32);
     w.kv_str("general.architecture", "llama");
@@ -361,7 +361,7 @@ fn many_tensors(path: &Path, n: usize) {
 
 /// A GGUF whose header is about 30 MB: one long string value.
 fn big_header(path: &Path) {
-    use weightmap::gguf::write::Writer;
+    use weightmap::gguf::Writer;
     use weightmap::TensorType;
     let mut w = Writer::new(32);
     w.kv_str("general.notes", &"x".repeat(30_000_000));

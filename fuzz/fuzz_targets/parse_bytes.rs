@@ -3,9 +3,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use weightmap::gguf::{Gguf, GgufHeader, Metadata, Parse, Value};
+use weightmap::gguf::{GgufHeader, Metadata, Parse, Value};
 use weightmap::safetensors::SafetensorsHeader;
-use weightmap::tensor::TensorTable;
+use weightmap::TensorTable;
 use weightmap::Header;
 
 /// Touch every metadata value: scalars, strings, every array element (by
@@ -69,7 +69,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 
-    if let Ok(g) = Gguf::parse(data) {
+    if let Ok(g) = GgufHeader::parse(data) {
         walk_metadata(&g.metadata());
         for t in g.tensors() {
             assert_eq!(g.tensor_bytes(&t).len() as u64, t.nbytes);

@@ -2,13 +2,12 @@
 
 use std::alloc::Layout;
 use std::ptr::NonNull;
-use std::sync::Arc;
 
 use memmap2::MmapMut;
 
-use super::{check_alignment, check_range, Buffer, BufferType, BufferUsage};
+use super::interface::{check_alignment, check_range, Buffer, BufferType, BufferUsage, HostRegion};
 use crate::error::{Error, Result};
-use crate::mmap::{page_size, Mapping};
+use crate::os::page_size;
 
 /// The CPU buffer type: host memory, 32-byte alignment by default (ggml's
 /// tensor alignment), configurable to any power of two.
@@ -215,58 +214,6 @@ impl Drop for HeapBlock {
     }
 }
 
-/// [`prefault_for_write`] for the next `n` bytes of `v`'s spare capacity
-/// (at most all of it), before they are filled: a header read into a
-/// fresh vector otherwise takes a page fault every 4 KiB as it is zeroed,
-/// and on the bench machine those faults were 40% of the time `validate`
-/// took on the 512 MiB model's 6 MiB header.
-pub(crate) fn prefault_spare(v: &mut Vec<u8>, n: usize) {
-    let spare = v.spare_capacity_mut();
-    let n = n.min(spare.len());
-    if n >= 64 << 10 {
-        // A few pages cost less in faults than the call does.
-        populate_write(spare.as_mut_ptr() as usize, n);
-    }
-}
-
-/// Fault in, writable, the whole pages inside `dst` in one kernel call
-/// (`MADV_POPULATE_WRITE`, Linux 5.14+), so that filling it takes no page
-/// fault per 4 KiB. Reading threads call this on their own pieces, so the
-/// kernel's zeroing of fresh pages runs on every thread at once rather than
-/// in one up-front pass. Best effort: elsewhere, on an older kernel, or on
-/// memory that refuses it, pages fault in as they are written.
-pub(crate) fn prefault_for_write(dst: &mut [u8]) {
-    populate_write(dst.as_mut_ptr() as usize, dst.len());
-}
-
-/// `MADV_POPULATE_WRITE` over the whole pages inside `[addr, addr + len)`,
-/// memory the caller borrows uniquely; failure is ignored.
-fn populate_write(addr: usize, len: usize) {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    {
-        let page = crate::mmap::page_size();
-        let start = addr.next_multiple_of(page);
-        let end = addr.saturating_add(len) & !(page - 1);
-        if end > start {
-            // SAFETY: [start, end) is page-aligned, as madvise requires, and
-            // inside memory the caller borrows uniquely (a slice or a
-            // vector's spare capacity). MADV_POPULATE_WRITE only maps the
-            // pages writable: it never reads or changes their contents
-            // (uninitialised memory stays unread), unmaps nothing, and
-            // fails (with an error we ignore) rather than signalling.
-            unsafe {
-                libc::madvise(
-                    start as *mut libc::c_void,
-                    end - start,
-                    libc::MADV_POPULATE_WRITE,
-                );
-            }
-        }
-    }
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    let _ = (addr, len);
-}
-
 impl CpuBuffer {
     /// Buffers of this many bytes or more are anonymous mappings; smaller
     /// ones come from the global allocator. Measured with
@@ -402,51 +349,6 @@ impl Buffer for CpuBuffer {
     }
 }
 
-/// A byte range of a read-only file mapping, handed to
-/// [`BufferType::buffer_from_host_ptr`]: the memory a non-owning buffer
-/// views. It keeps the mapping alive (an `Arc`), and only the loader makes
-/// one, so it is covered by the `# Safety` contract of the load that mapped
-/// the file: the file must not change while it, or any buffer holding it,
-/// lives. It is not `Clone`.
-#[derive(Debug)]
-pub struct HostRegion {
-    map: Arc<Mapping>,
-    start: usize,
-    len: usize,
-}
-
-impl HostRegion {
-    pub(crate) fn new(map: Arc<Mapping>, start: usize, len: usize) -> Result<HostRegion> {
-        check_range(start, len, map.len())?;
-        Ok(HostRegion { map, start, len })
-    }
-
-    /// The bytes.
-    pub fn bytes(&self) -> &[u8] {
-        &self.map.bytes()[self.start..self.start + self.len]
-    }
-
-    /// Address of the first byte.
-    pub fn addr(&self) -> usize {
-        self.map.addr() + self.start
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the region is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Where the region starts in the file.
-    pub fn file_start(&self) -> usize {
-        self.start
-    }
-}
-
 /// A non-owning CPU buffer over a byte range of a file mapping (ggml's
 /// `CPU_Mapped` buffer from `ggml_backend_cpu_buffer_from_ptr`).
 ///
@@ -546,7 +448,9 @@ impl Buffer for MappedBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::os::{prefault_for_write, Mapping};
     use std::io::Write;
+    use std::sync::Arc;
 
     #[test]
     fn small_buffers_are_heap_blocks_large_ones_mappings() {

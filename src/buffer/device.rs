@@ -3,7 +3,7 @@
 //! It exists so the loader's path for non-host backends (stream through a
 //! bounded staging buffer, `set` each tensor) is exercised without a GPU.
 
-use super::{check_alignment, check_range, Buffer, BufferType, BufferUsage, HostRegion};
+use super::interface::{check_alignment, check_range, Buffer, BufferType, BufferUsage, HostRegion};
 use crate::error::{Error, Result};
 
 /// A buffer type for a pretend device with its own memory, reachable only

@@ -28,21 +28,20 @@
 //!    rule llama.cpp itself does not apply; see [`GgmlRule::refused_by`].
 //!
 //! ```
-//! use weightmap::gguf::{self, Gguf};
+//! use weightmap::gguf::{self, GgufHeader};
 //! # fn main() -> weightmap::Result<()> {
-//! let mut w = gguf::write::Writer::new(32);
+//! let mut w = gguf::Writer::new(32);
 //! w.kv_str("general.architecture", "llama");
 //! w.tensor("a", weightmap::TensorType::F32, &[3], vec![0u8; 12]);
 //! w.tensor("b", weightmap::TensorType::F32, &[8], vec![0u8; 32]);
 //! let bytes = w.to_bytes();
-//! let file = Gguf::parse(&bytes)?;
-//! let s = gguf::ggml::check_ggml(file.header(), &file.metadata())?;
+//! let file = GgufHeader::parse(&bytes)?;
+//! let s = gguf::ggml::check_ggml(&file, &file.metadata_in(&bytes))?;
 //! assert_eq!((s.tensors, s.data_section_len), (2, 64));
 //! # Ok(()) }
 //! ```
 
 use std::collections::HashMap;
-use std::fmt;
 
 use super::metadata::{Metadata, Value};
 use super::parse::GgufHeader;
@@ -56,79 +55,7 @@ pub const GGUF_MAX_STRING_LENGTH: u64 = 1024 * 1024 * 1024;
 /// 2^30), for arrays of every element type.
 pub const GGUF_MAX_ARRAY_ELEMENTS: u64 = 1024 * 1024 * 1024;
 
-/// One rule of ggml's parser that weightmap's default validation does not
-/// apply. See the [module documentation](self) for each rule's source.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum GgmlRule {
-    /// A key, string value or string array element longer than
-    /// [`GGUF_MAX_STRING_LENGTH`].
-    StringLength,
-    /// An array with more than [`GGUF_MAX_ARRAY_ELEMENTS`] elements.
-    ArrayLength,
-    /// Two tensor names equal up to their first NUL byte.
-    TensorName,
-    /// A tensor offset other than the running sum of padded sizes (a gap,
-    /// tensors out of order, or padding other than the alignment's).
-    PackedOffsets,
-    /// A data section that, padded to the alignment, runs past the file.
-    DataSection,
-}
-
-impl GgmlRule {
-    /// Every rule, in the order [`check_ggml`] applies them.
-    pub const ALL: [GgmlRule; 5] = [
-        GgmlRule::StringLength,
-        GgmlRule::ArrayLength,
-        GgmlRule::TensorName,
-        GgmlRule::PackedOffsets,
-        GgmlRule::DataSection,
-    ];
-
-    /// A short, stable name: `"string_length"`, `"array_length"`,
-    /// `"tensor_name"`, `"packed_offsets"`, `"data_section"`.
-    pub fn name(self) -> &'static str {
-        match self {
-            GgmlRule::StringLength => "string_length",
-            GgmlRule::ArrayLength => "array_length",
-            GgmlRule::TensorName => "tensor_name",
-            GgmlRule::PackedOffsets => "packed_offsets",
-            GgmlRule::DataSection => "data_section",
-        }
-    }
-
-    /// Who refuses a file that breaks the rule: `"llama.cpp"` for every rule
-    /// but [`GgmlRule::DataSection`], which only readers that load tensor
-    /// data through ggml (`gguf_init_from_file` with `no_alloc = false`)
-    /// apply; llama.cpp's model loader reads metadata only (`no_alloc =
-    /// true`) and checks each tensor's end, which the default rules do too.
-    pub fn refused_by(self) -> &'static str {
-        match self {
-            GgmlRule::DataSection => {
-                "ggml's gguf_init_from_file with tensor data (not llama.cpp's loader, \
-                 which reads metadata only)"
-            }
-            _ => "llama.cpp",
-        }
-    }
-
-    /// What the rule requires, in a few words.
-    pub fn description(self) -> &'static str {
-        match self {
-            GgmlRule::StringLength => "strings of at most 1 GiB",
-            GgmlRule::ArrayLength => "arrays of at most 2^30 elements",
-            GgmlRule::TensorName => "tensor names unique up to a NUL byte",
-            GgmlRule::PackedOffsets => "tensors packed in order",
-            GgmlRule::DataSection => "data section padded to the alignment within the file",
-        }
-    }
-}
-
-impl fmt::Display for GgmlRule {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+pub use crate::error::GgmlRule;
 
 /// What [`check_ggml`] checked, for a report line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -172,7 +99,7 @@ fn check_string(what: impl FnOnce() -> String, len: u64) -> Result<()> {
 /// Check a header weightmap has accepted against the rules of ggml's
 /// parser that weightmap does not apply (see the [module
 /// documentation](self)). `metadata` must be the header's metadata over the
-/// bytes it was parsed from ([`super::Gguf::metadata`],
+/// bytes it was parsed from ([`GgufHeader::metadata_in`],
 /// [`GgufHeader::metadata_in`], `WeightsHeader::gguf_metadata`).
 ///
 /// Reads no tensor data and allocates only a name table.

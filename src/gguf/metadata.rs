@@ -240,14 +240,14 @@ impl<'a> Value<'a> {
 /// An array value: its element bytes, decoded on demand.
 ///
 /// ```
-/// # use weightmap::gguf::{self, Gguf};
+/// # use weightmap::gguf::{self, GgufHeader};
 /// # fn main() -> weightmap::Result<()> {
-/// let mut w = gguf::write::Writer::new(32);
+/// let mut w = gguf::Writer::new(32);
 /// w.kv_str_array("tokenizer.ggml.tokens", &["<s>", "hello", "wörld"]);
 /// w.kv_f32_array("tokenizer.ggml.scores", &[0.0, -1.5, -2.0]);
 /// let bytes = w.to_bytes();
-/// let file = Gguf::parse(&bytes)?;
-/// let md = file.metadata();
+/// let file = GgufHeader::parse(&bytes)?;
+/// let md = file.metadata_in(&bytes);
 /// let tokens: Vec<&str> = md.get_array("tokenizer.ggml.tokens")?
 ///     .strings()?.map(|s| s.to_str().unwrap()).collect();
 /// assert_eq!(tokens, ["<s>", "hello", "wörld"]);
@@ -355,13 +355,13 @@ impl<'a> Array<'a> {
     /// is borrowed only when it happens to start at a multiple of 4.
     ///
     /// ```
-    /// # use weightmap::gguf::{write::Writer, Gguf};
+    /// # use weightmap::gguf::{GgufHeader, Writer};
     /// # fn main() -> weightmap::Result<()> {
     /// let mut w = Writer::new(32);
     /// w.kv_i32_array("tokenizer.ggml.token_type", &[1, 3, 1]);
     /// let bytes = w.to_bytes();
-    /// let file = Gguf::parse(&bytes)?;
-    /// let types = file.metadata().get_array("tokenizer.ggml.token_type")?.as_slice::<i32>()?;
+    /// let file = GgufHeader::parse(&bytes)?;
+    /// let types = file.metadata_in(&bytes).get_array("tokenizer.ggml.token_type")?.as_slice::<i32>()?;
     /// assert_eq!(&types[..], [1, 3, 1]);
     /// # Ok(()) }
     /// ```
@@ -490,7 +490,7 @@ impl ArrayElem for bool {
 }
 
 /// The key naming the model architecture, the prefix of its hyperparameter keys.
-pub const ARCHITECTURE_KEY: &str = "general.architecture";
+pub(crate) const ARCHITECTURE_KEY: &str = "general.architecture";
 
 mod sealed {
     pub trait Sealed {}
@@ -695,18 +695,18 @@ impl<'a> Metadata<'a> {
     /// width the converter chose.
     ///
     /// ```
-    /// # use weightmap::gguf::{write::{OwnedValue, Writer}, Gguf};
+    /// # use weightmap::gguf::{GgufHeader, OwnedValue, Writer};
     /// # fn main() -> weightmap::Result<()> {
     /// let mut w = Writer::new(32);
     /// w.kv("llama.context_length", OwnedValue::U64(4096));
     /// w.kv("llama.rope.dimension_count", OwnedValue::I32(-1));
     /// let bytes = w.to_bytes();
-    /// let file = Gguf::parse(&bytes)?;
-    /// let md = file.metadata();
+    /// let file = GgufHeader::parse(&bytes)?;
+    /// let md = file.metadata_in(&bytes);
     /// assert_eq!(md.get_int::<u32>("llama.context_length")?, 4096);
     /// assert_eq!(md.get_int::<i64>("llama.rope.dimension_count")?, -1);
     /// let e = md.get_int::<u32>("llama.rope.dimension_count").unwrap_err();
-    /// assert_eq!(e.kind(), "int_out_of_range");
+    /// assert_eq!(e.name(), "int_out_of_range");
     /// # Ok(()) }
     /// ```
     ///
@@ -756,14 +756,14 @@ impl<'a> Metadata<'a> {
     /// [`Metadata::get_int`] of [`Metadata::arch_key`]`(suffix)`.
     ///
     /// ```
-    /// # use weightmap::gguf::{write::Writer, Gguf};
+    /// # use weightmap::gguf::{GgufHeader, Writer};
     /// # fn main() -> weightmap::Result<()> {
     /// let mut w = Writer::new(32);
     /// w.kv_str("general.architecture", "qwen2");
     /// w.kv_u32("qwen2.block_count", 24);
     /// let bytes = w.to_bytes();
-    /// let file = Gguf::parse(&bytes)?;
-    /// let md = file.metadata();
+    /// let file = GgufHeader::parse(&bytes)?;
+    /// let md = file.metadata_in(&bytes);
     /// assert_eq!(md.arch_key("block_count")?, "qwen2.block_count");
     /// assert_eq!(md.arch_int::<usize>("block_count")?, 24);
     /// assert_eq!(md.arch_opt_int::<u64>("context_length")?, None);
@@ -832,18 +832,18 @@ impl<'a> Metadata<'a> {
     /// integers (any integer types, each converted to `T`).
     ///
     /// ```
-    /// # use weightmap::gguf::{write::Writer, Gguf};
+    /// # use weightmap::gguf::{GgufHeader, Writer};
     /// # fn main() -> weightmap::Result<()> {
     /// let mut w = Writer::new(32);
     /// w.kv_u32("llama.attention.head_count", 8);
     /// w.kv_i32_array("llama.attention.head_count_kv", &[2, 2, 4]);
     /// let bytes = w.to_bytes();
-    /// let file = Gguf::parse(&bytes)?;
-    /// let md = file.metadata();
+    /// let file = GgufHeader::parse(&bytes)?;
+    /// let md = file.metadata_in(&bytes);
     /// assert_eq!(md.per_layer::<u32>("llama.attention.head_count", 3)?, [8, 8, 8]);
     /// assert_eq!(md.per_layer::<u32>("llama.attention.head_count_kv", 3)?, [2, 2, 4]);
     /// let e = md.per_layer::<u32>("llama.attention.head_count_kv", 4).unwrap_err();
-    /// assert_eq!(e.kind(), "per_layer_length");
+    /// assert_eq!(e.name(), "per_layer_length");
     /// # Ok(()) }
     /// ```
     ///

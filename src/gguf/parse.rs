@@ -2,10 +2,10 @@
 //! read from the file goes through checked arithmetic.
 
 use super::metadata::{KvEntry, Metadata, ValueType};
-use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, MAX_NAME_LEN};
+use super::spec::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS, MAX_NAME_LEN};
 use crate::alloc;
 use crate::error::{Error, Result};
-use crate::format::Parse;
+use crate::tensor::Parse;
 use crate::tensor::{TableBuilder, TensorTable};
 use crate::types::TensorType;
 
@@ -18,7 +18,7 @@ const INITIAL_TABLE_CAP: usize = 256;
 
 /// A validated GGUF header. It owns its tables and borrows nothing: metadata
 /// values stay in the file's bytes and are read through [`GgufHeader::metadata_in`]
-/// or [`super::Gguf::metadata`].
+/// or [`GgufHeader::metadata_in`].
 #[derive(Debug, Clone)]
 pub struct GgufHeader {
     version: u32,
@@ -32,6 +32,17 @@ pub struct GgufHeader {
 }
 
 impl GgufHeader {
+    /// The GGUF magic, the file's first four bytes.
+    pub const MAGIC: [u8; 4] = MAGIC;
+    /// The alignment that applies when `general.alignment` is absent.
+    pub const DEFAULT_ALIGNMENT: u64 = DEFAULT_ALIGNMENT;
+    /// The key that sets the data alignment.
+    pub const ALIGNMENT_KEY: &'static str = ALIGNMENT_KEY;
+    /// Longest tensor name ggml accepts, in bytes (`GGML_MAX_NAME - 1`).
+    pub const MAX_NAME_LEN: u64 = MAX_NAME_LEN;
+    /// Most dimensions a tensor may have (`GGML_MAX_DIMS`).
+    pub const MAX_DIMS: u32 = MAX_DIMS;
+
     /// Parse and validate a whole file held in `bytes`.
     ///
     /// # Errors
@@ -423,7 +434,7 @@ fn read_windowed_by(
                 file_len,
             });
         }
-        crate::format::read_more(&mut bytes, want, &mut read)?;
+        crate::alloc::read_more(&mut bytes, want, &mut read)?;
     };
     bytes.truncate(kv_len);
     bytes.shrink_to_fit();
@@ -439,7 +450,7 @@ fn read_windowed_by(
     let mut size = window_len as u64;
     while i < head.n_tensors {
         window.clear();
-        crate::format::read_more(&mut window, size.min(file_len - at), &mut |buf, off| {
+        crate::alloc::read_more(&mut window, size.min(file_len - at), &mut |buf, off| {
             read(buf, at + off)
         })?;
         let mut cur = Cursor {
@@ -476,7 +487,7 @@ fn read_windowed_by(
 fn sorted_index(
     n: usize,
     cmp: impl Fn(usize, usize) -> std::cmp::Ordering,
-) -> crate::Result<Vec<u32>> {
+) -> crate::error::Result<Vec<u32>> {
     let mut idx = alloc::index(n, "the key index")?;
     idx.sort_unstable_by(|&a, &b| cmp(a as usize, b as usize));
     Ok(idx)
@@ -674,7 +685,7 @@ fn parse_tensor(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gguf::write::Writer;
+    use crate::gguf::Writer;
 
     /// `read_windowed_by(window)` of `bytes`, from its first `first` bytes.
     fn windowed(bytes: &[u8], window: usize, first: usize) -> Result<(GgufHeader, Vec<u8>)> {

@@ -36,7 +36,7 @@ impl<R: FnMut(&mut [u8], u64) -> Result<()>> Walk<'_, R> {
         let have = self.bytes.len() as u64;
         if end > have {
             let want = end.max(have.saturating_add(STEP)).min(self.len);
-            crate::format::read_more(self.bytes, want, self.read)?;
+            crate::alloc::read_more(self.bytes, want, self.read)?;
         }
         Ok(true)
     }
@@ -94,7 +94,7 @@ pub(crate) fn read_kv(
     let end = walk(&mut w)?;
     // The walk steps over values without reading them: read to the end.
     if let Some(end) = end.filter(|&e| e > w.bytes.len() as u64) {
-        crate::format::read_more(w.bytes, end, w.read)?;
+        crate::alloc::read_more(w.bytes, end, w.read)?;
     }
     Ok(end)
 }
@@ -109,7 +109,7 @@ fn walk<R: FnMut(&mut [u8], u64) -> Result<()>>(w: &mut Walk<'_, R>) -> Result<O
             }
         };
     }
-    if get!(w.bytes::<4>()) != super::MAGIC {
+    if get!(w.bytes::<4>()) != super::spec::MAGIC {
         return Ok(None);
     }
     let len = w.len;
@@ -163,7 +163,7 @@ fn walk<R: FnMut(&mut [u8], u64) -> Result<()>>(w: &mut Walk<'_, R>) -> Result<O
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gguf::write::Writer;
+    use crate::gguf::Writer;
     use crate::types::TensorType;
 
     /// `read_kv` over `model`, starting from its first `first` bytes:

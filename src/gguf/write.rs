@@ -7,7 +7,8 @@
 
 use std::io::{self, Write};
 
-use super::{ValueType, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC};
+use super::metadata::ValueType;
+use super::spec::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC};
 use crate::types::TensorType;
 
 /// A metadata value to write.
@@ -106,7 +107,7 @@ struct PendingTensor {
 /// Builds a GGUF file.
 ///
 /// ```
-/// use weightmap::{gguf::write::Writer, TensorType};
+/// use weightmap::{gguf::Writer, TensorType};
 /// let mut w = Writer::new(32);
 /// w.kv_str("general.architecture", "llama");
 /// w.tensor("a", TensorType::F32, &[2], vec![0; 8]);

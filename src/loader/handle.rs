@@ -5,8 +5,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::buffer::{Element, Placement};
-use crate::error::{Error, Result};
+use crate::buffer::Placement;
+use crate::error::Result;
+use crate::tensor::Element;
 use crate::tensor::TensorInfo;
 use crate::types::TensorType;
 
@@ -20,7 +21,7 @@ use super::weights::{TensorRef, Weights};
 ///
 /// ```
 /// use std::sync::Arc;
-/// use weightmap::{gguf::write::Writer, LoadOptions, Tensor, TensorType, Weights};
+/// use weightmap::{gguf::Writer, LoadOptions, Tensor, TensorType, Weights};
 /// # fn main() -> weightmap::Result<()> {
 /// # let dir = tempfile::tempdir().unwrap();
 /// # let path = dir.path().join("m.gguf");
@@ -48,12 +49,9 @@ impl Tensor {
     /// The tensor `name` of shared `weights`.
     ///
     /// # Errors
-    /// [`Error::TensorNotFound`].
+    /// [`crate::Error::TensorNotFound`].
     pub fn new(weights: &Arc<Weights>, name: &str) -> Result<Tensor> {
-        let index = weights
-            .header()
-            .tensor_index(name)
-            .ok_or_else(|| Error::TensorNotFound { name: name.into() })?;
+        let index = weights.index_of(name)?;
         Ok(Tensor {
             weights: Arc::clone(weights),
             index,
@@ -191,7 +189,7 @@ impl<'w> Scope<'w> {
     /// The tensor `prefix + name`.
     ///
     /// # Errors
-    /// [`Error::TensorNotFound`] with the full name.
+    /// [`crate::Error::TensorNotFound`] with the full name.
     pub fn tensor(&self, name: &str) -> Result<TensorRef<'w>> {
         self.weights.tensor(&format!("{}{name}", self.prefix))
     }
@@ -205,9 +203,14 @@ impl<'w> Scope<'w> {
     /// and one of `types` (any, when empty).
     ///
     /// # Errors
-    /// [`Error::TensorNotFound`], [`Error::ShapeMismatch`], [`Error::TypeMismatch`].
-    pub fn get(&self, name: &str, ne: &[u64], types: &[TensorType]) -> Result<TensorRef<'w>> {
-        self.tensor(name)?.expect(ne, types)
+    /// [`crate::Error::TensorNotFound`], [`crate::Error::ShapeMismatch`], [`crate::Error::TypeMismatch`].
+    pub fn tensor_checked(
+        &self,
+        name: &str,
+        ne: &[u64],
+        types: &[TensorType],
+    ) -> Result<TensorRef<'w>> {
+        self.tensor(name)?.check_shape(ne, types)
     }
 
     /// Every tensor under the prefix, in file order.
@@ -232,9 +235,14 @@ impl Weights {
     /// `types` (any, when empty).
     ///
     /// # Errors
-    /// [`Error::TensorNotFound`], [`Error::ShapeMismatch`], [`Error::TypeMismatch`].
-    pub fn get(&self, name: &str, ne: &[u64], types: &[TensorType]) -> Result<TensorRef<'_>> {
-        self.tensor(name)?.expect(ne, types)
+    /// [`crate::Error::TensorNotFound`], [`crate::Error::ShapeMismatch`], [`crate::Error::TypeMismatch`].
+    pub fn tensor_checked(
+        &self,
+        name: &str,
+        ne: &[u64],
+        types: &[TensorType],
+    ) -> Result<TensorRef<'_>> {
+        self.tensor(name)?.check_shape(ne, types)
     }
 
     /// The layers: tensors named `blk.N.*` grouped by `N`, in order of `N`,

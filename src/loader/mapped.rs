@@ -5,17 +5,18 @@ use std::fs::{File, Metadata};
 use std::path::Path;
 use std::sync::Arc;
 
+use super::prefetch::{self, Prefetch, PrefetchDecision, Prefetcher};
 use crate::buffer::{address_alignment, place, HostRegion};
 use crate::error::{Error, FallbackReason};
 use crate::format::Header;
-use crate::mmap::Mapping;
-use crate::prefetch::{self, Prefetch, PrefetchDecision, Prefetcher};
+use crate::os::Mapping;
 
+use super::loaded::{HeaderBytes, Loaded};
+use super::options::LoadOptions;
 use super::place::{add, copy_group, plan, Group, Placed, ReadCtx};
 use super::read::{DirectOutcome, Progress, ReadReport, ReadSrc};
 use super::report::{CopiedTensor, CopyReason, PlacementKind};
-use super::weights::{HeaderBytes, Loaded};
-use super::{check_range, open_checked, LoadOptions, Source};
+use super::source::{check_range, open_checked, Source};
 
 /// Why the mapped path stopped: a cause the stream path may do better on,
 /// or an error it would only repeat.
@@ -56,7 +57,7 @@ pub(crate) unsafe fn map_path(
     opts: &LoadOptions,
 ) -> std::result::Result<Loaded, MapFail> {
     // SAFETY: forwarded to the caller.
-    unsafe { map_source(&Source::Path(path), opts, crate::mmap::SUPPORTED) }
+    unsafe { map_source(&Source::Path(path), opts, crate::os::SUPPORTED) }
 }
 
 /// [`map_path`] for any [`Source`].
@@ -68,7 +69,7 @@ pub(crate) unsafe fn map_any(
     opts: &LoadOptions,
 ) -> std::result::Result<Loaded, MapFail> {
     // SAFETY: forwarded to the caller.
-    unsafe { map_source(src, opts, crate::mmap::SUPPORTED) }
+    unsafe { map_source(src, opts, crate::os::SUPPORTED) }
 }
 
 /// [`map_path_on`] for a path, for tests.
@@ -214,7 +215,7 @@ unsafe fn map_source(
     if opts.mlock {
         map.lock().map_err(|source| Error::Mlock {
             len: map.len(),
-            limit: crate::mmap::memlock_limit(),
+            limit: crate::os::memlock_limit(),
             source,
         })?;
     }
@@ -328,7 +329,7 @@ unsafe fn map_source(
             &map,
             ranges,
             max_percent,
-            prefetch::mem_available,
+            crate::os::mem_available,
             opts.progress.clone(),
         ),
     };
@@ -352,7 +353,7 @@ unsafe fn map_source(
 /// Add `r` to `ranges`, joined to the last one when it follows it within
 /// [`merge`]'s gap (tensors come in file order, so a million of them make a
 /// handful of ranges, not a million).
-fn push_range(ranges: &mut Vec<(usize, usize)>, r: (usize, usize)) -> crate::Result<()> {
+fn push_range(ranges: &mut Vec<(usize, usize)>, r: (usize, usize)) -> crate::error::Result<()> {
     if let Some(last) = ranges.last_mut() {
         if r.0 >= last.0 && r.0 <= last.1.saturating_add(MERGE_GAP) {
             last.1 = last.1.max(r.1);

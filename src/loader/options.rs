@@ -3,8 +3,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use super::prefetch::{AdvicePolicy, Prefetch};
 use crate::buffer::{BufferType, CpuBufferType};
-use crate::prefetch::{AdvicePolicy, Prefetch};
 
 use super::read::{DirectIo, ProgressFn};
 use crate::tensor::TensorInfo;
@@ -138,6 +138,10 @@ impl fmt::Debug for LoadOptions {
 }
 
 impl LoadOptions {
+    /// How often, in bytes read, the stream path calls the progress callback
+    /// ([`LoadOptions::progress`]): every this many bytes, and once at the end.
+    pub const PROGRESS_STEP: u64 = super::read::PROGRESS_STEP;
+
     /// The defaults.
     pub fn new() -> Self {
         Self::default()

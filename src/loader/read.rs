@@ -17,13 +17,13 @@ use crate::error::{Error, Result};
 pub type ProgressFn = Arc<dyn Fn(u64, u64) -> ControlFlow<()> + Send + Sync>;
 
 /// Bytes between two progress calls.
-pub const PROGRESS_STEP: u64 = 16 << 20;
+pub(crate) const PROGRESS_STEP: u64 = 16 << 20;
 
 /// Whether the stream path reads with `O_DIRECT`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum DirectIo {
     /// Direct when the file is mostly not in the page cache (less than half
-    /// resident, by [`crate::mmap::file_residency_estimate`]), buffered when
+    /// resident, by [`crate::os::file_residency_estimate`]), buffered when
     /// it mostly is: from a warm cache a copy out of the cache beats a read
     /// from storage, and from a cold one a direct read skips the page-cache
     /// copy of every byte (the default).
@@ -154,7 +154,7 @@ impl ReadSrc<'_> {
     /// Fill `buf` from offset `off` of the model.
     pub(crate) fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
         match *self {
-            ReadSrc::File { file, base } => crate::format::read_at(file, buf, base + off),
+            ReadSrc::File { file, base } => crate::os::read_at(file, buf, base + off),
             ReadSrc::Memory(m) => {
                 let start = usize::try_from(off)
                     .map_err(|_| io::Error::from(io::ErrorKind::UnexpectedEof))?;
@@ -228,7 +228,7 @@ pub(crate) fn read_buffered(
             // zeroes fresh pages on every thread at once (prefaulting the
             // whole buffer in one call first zeroed it on one thread: 0.75×
             // the read() baseline, warm, against 0.50× this way).
-            crate::buffer::prefault_for_write(dst);
+            crate::os::prefault_for_write(dst);
             src.read_at(dst, off)?;
             if !progress.add(dst.len() as u64) {
                 return Ok(false);
@@ -323,14 +323,10 @@ pub(crate) fn read_direct(
     }
     #[cfg(target_os = "linux")]
     {
-        use std::os::unix::fs::{FileExt, OpenOptionsExt};
-        let file = match std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(path)
-        {
+        use std::os::unix::fs::FileExt;
+        let file = match crate::os::open_direct(path) {
             Ok(f) => f,
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(Err(e.to_string())),
+            Err(e) if crate::os::refuses_direct_io(&e) => return Ok(Err(e.to_string())),
             Err(e) => return Err(Error::io("open", path, e)),
         };
         let mut chunks: Vec<(&mut [u8], u64)> = dst
@@ -343,7 +339,7 @@ pub(crate) fn read_direct(
         if let Some((c, off)) = chunks.first_mut() {
             let probe = DIRECT_ALIGN.min(c.len());
             if let Err(e) = file.read_at(&mut c[..probe], *off) {
-                if e.raw_os_error() == Some(libc::EINVAL) {
+                if crate::os::refuses_direct_io(&e) {
                     return Ok(Err(e.to_string()));
                 }
                 return Err(Error::io("read", path, e));

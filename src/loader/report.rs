@@ -2,11 +2,14 @@
 
 use std::time::Duration;
 
+use super::prefetch::PrefetchDecision;
 use crate::error::FallbackReason;
 use crate::format::Format;
-use crate::prefetch::PrefetchDecision;
 
-use super::LoadMode;
+use std::path::PathBuf;
+
+use super::options::LoadMode;
+use super::read::ReadReport;
 
 /// Where a tensor's bytes are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -122,15 +125,31 @@ pub struct LoadReport {
     /// how far a background prefetch has got).
     pub prefetch: PrefetchDecision,
     /// For a model in several files, each file (empty for one file).
-    pub shards: Vec<super::ShardReport>,
+    pub shards: Vec<ShardReport>,
     /// Things worth knowing that are not errors (an index whose
     /// `metadata.total_size` disagrees with the shards, ...).
     pub warnings: Vec<String>,
     /// How copied tensors were read (threads, direct I/O); `None` when
     /// nothing was copied.
-    pub read: Option<super::ReadReport>,
+    pub read: Option<ReadReport>,
     /// The tensors advised `MADV_RANDOM` as row-lookup tables under
     /// [`crate::AdvicePolicy::PerTensor`] (empty otherwise, and on the
     /// stream path).
     pub random_access_tensors: Vec<String>,
+}
+
+/// One file of a model: where it is and what its load did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShardReport {
+    /// The file.
+    pub path: PathBuf,
+    /// Its tensors.
+    pub tensors: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// The mode that ran for it.
+    pub mode_used: LoadMode,
+    /// Why it was not mapped, when it was asked to be.
+    pub fallback: Option<FallbackReason>,
 }

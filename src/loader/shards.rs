@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
-use super::weights::WeightsHeader;
+use super::headers::{ModelHeaders, WeightsHeader};
 
 /// The files of a model.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -372,5 +372,44 @@ mod tests {
             split_path(Path::new("/m"), "model", 3, 12),
             PathBuf::from("/m/model-00003-of-00012.gguf")
         );
+    }
+}
+
+impl WeightsHeader {
+    /// The files of the model `path` names (one file, any shard of a
+    /// split GGUF, a safetensors index or a directory holding one), in
+    /// shard order, found by name and index alone: no header is read.
+    ///
+    /// # Errors
+    /// [`Error::ShardIndex`] and the I/O errors of finding the files, as
+    /// [`WeightsHeader::read_model`].
+    pub fn model_files(path: impl AsRef<Path>) -> Result<Vec<PathBuf>> {
+        Ok(resolve(path.as_ref())?.paths())
+    }
+
+    /// Read and validate the headers of every file of the model `path`
+    /// names (one file, any shard of a split GGUF, a safetensors index or a
+    /// directory holding one), and the files against each other: every
+    /// check [`Weights::load`] makes before placing anything.
+    ///
+    /// # Errors
+    /// As [`Weights::load`], less the tensor reads.
+    pub fn read_model(path: impl AsRef<Path>) -> Result<ModelHeaders> {
+        let files = resolve(path.as_ref())?;
+        if let Files::Single(p) = &files {
+            let h = WeightsHeader::read(p)?;
+            if let Some(md) = h.gguf_metadata() {
+                single_is_split(p, md.get_opt_int::<u64>("split.count").ok().flatten())?;
+            }
+            return Ok(ModelHeaders {
+                files: vec![(p.clone(), h)],
+                warnings: Vec::new(),
+            });
+        }
+        let (headers, warnings) = check(&files)?;
+        Ok(ModelHeaders {
+            files: headers.into_iter().map(|h| (h.path, h.header)).collect(),
+            warnings,
+        })
     }
 }

@@ -3,15 +3,16 @@
 
 use std::fs::File;
 
+use super::prefetch::PrefetchDecision;
 use crate::error::Result;
 use crate::format::{read_header, read_header_at};
-use crate::prefetch::PrefetchDecision;
 
+use super::loaded::{HeaderBytes, Loaded};
+use super::options::LoadOptions;
 use super::place::{add, copy_group, plan, Group, Placed, ReadCtx};
 use super::read::{DirectIo, DirectOutcome, Progress, ReadReport, ReadSrc};
 use super::report::PlacementKind;
-use super::weights::{HeaderBytes, Loaded};
-use super::{check_range, open_checked, LoadOptions, Source};
+use super::source::{check_range, open_checked, Source};
 
 /// Whether this load may read directly, or why not.
 fn direct_wanted(file: &File, opts: &LoadOptions) -> std::result::Result<(), DirectOutcome> {
@@ -21,7 +22,7 @@ fn direct_wanted(file: &File, opts: &LoadOptions) -> std::result::Result<(), Dir
             reason: "O_DIRECT is Linux-only".into(),
         }),
         DirectIo::On => Ok(()),
-        DirectIo::Auto => match crate::mmap::residency_estimate_of(file) {
+        DirectIo::Auto => match crate::os::residency_estimate_of(file) {
             // From a warm cache, a copy out of it beats a read from storage.
             Ok(r) if r.fraction() >= 0.5 => Err(DirectOutcome::Skipped {
                 reason: format!(
@@ -53,7 +54,7 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
             wanted = direct_wanted(&file, opts);
             if wanted.is_ok() {
                 // Only the header's own pages go through the page cache.
-                crate::mmap::advise_no_readahead(&file);
+                crate::os::advise_no_readahead(&file);
             }
             let (header, bytes) = read_header(&file, meta.len(), p)?;
             (Some(file), header, bytes, 0)
@@ -63,13 +64,13 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
             let (header, bytes) = read_header_at(file, *offset, *len, path)?;
             let f = file
                 .try_clone()
-                .map_err(|e| crate::Error::io("dup", path, e))?;
+                .map_err(|e| crate::error::Error::io("dup", path, e))?;
             (Some(f), header, bytes, *offset)
         }
         Source::Memory(m) => {
             let bytes = (**m).as_ref();
             if bytes.is_empty() {
-                return Err(crate::Error::EmptyFile {
+                return Err(crate::error::Error::EmptyFile {
                     path: label.clone(),
                 });
             }

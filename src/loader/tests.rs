@@ -4,9 +4,12 @@
 use std::path::{Path, PathBuf};
 
 use super::mapped::{map_path_on, MapFail, BEFORE_PLACE, FAIL_MAP};
-use super::*;
-use crate::gguf::write::Writer;
-use crate::TensorType;
+use super::options::{LoadMode, LoadOptions};
+use super::read::{DirectIo, DirectOutcome};
+use super::weights::Weights;
+use crate::error::{Error, FallbackReason, Result};
+use crate::gguf::Writer;
+use crate::types::TensorType;
 
 fn fixture(dir: &Path) -> (PathBuf, Vec<u8>) {
     let mut w = Writer::new(32);
@@ -100,7 +103,7 @@ fn a_truncation_before_placement_is_noticed() {
     let err = with_hook(truncate_to_half, || load(&path, &LoadOptions::default())).unwrap_err();
     match &err {
         Error::FallbackFailed { reason, source } => {
-            assert_eq!(reason.kind(), "file_changed");
+            assert_eq!(reason.name(), "file_changed");
             assert!(
                 matches!(
                     **source,

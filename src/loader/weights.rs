@@ -1,114 +1,26 @@
 //! [`Weights`]: what a load returns, and the tensor handles it gives out.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::buffer::{view, view_mut, Buffer, CpuBuffer, CpuBufferType, Element, Placement};
+use super::prefetch::{PrefetchProgress, Prefetcher};
+use crate::buffer::{Buffer, CpuBuffer, CpuBufferType, Placement};
 use crate::error::{Error, FallbackReason, Result};
-use crate::format::{read_header, Format, Header};
+use crate::format::{Format, Header};
 use crate::gguf::Metadata;
-use crate::mmap::{AccessAdvice, Mapping, Residency};
-use crate::prefetch::{PrefetchDecision, PrefetchProgress, Prefetcher};
+use crate::os::{AccessAdvice, Mapping, Residency};
+use crate::tensor::{view, view_mut, Element};
 use crate::tensor::{TensorInfo, TensorTable};
 use crate::types::TensorType;
 
+use super::loaded::Loaded;
 use super::mapped::{map_any, MapFail};
-use super::place::Slot;
-use super::report::{BufferReport, CopiedTensor, LoadReport, PlacementKind};
+use super::options::{LoadMode, LoadOptions};
+use super::report::{LoadReport, PlacementKind, ShardReport};
 use super::shards;
+use super::source::Source;
 use super::stream::stream_source;
-use super::{open_checked, LoadMode, LoadOptions, Source};
-
-/// Where the header's bytes are (metadata is read from them lazily).
-#[derive(Debug)]
-pub(crate) enum HeaderBytes {
-    /// In the mapping.
-    Mapped,
-    /// Read into memory.
-    Owned(Vec<u8>),
-}
-
-/// Everything a load made, from either path.
-#[derive(Debug)]
-pub(crate) struct Loaded {
-    pub path: PathBuf,
-    pub header: Header,
-    pub header_bytes: HeaderBytes,
-    pub buffers: Vec<Box<dyn Buffer>>,
-    pub buffer_reports: Vec<BufferReport>,
-    /// One per tensor, in header order.
-    pub slots: Vec<Slot>,
-    pub map: Option<Arc<Mapping>>,
-    /// Stopped and joined on drop.
-    pub prefetcher: Option<Prefetcher>,
-    pub prefetch: PrefetchDecision,
-    pub random_access: Vec<usize>,
-    pub copied: Vec<CopiedTensor>,
-    pub read: Option<super::ReadReport>,
-}
-
-impl Loaded {
-    pub(crate) fn header_bytes(&self) -> &[u8] {
-        match (&self.header_bytes, &self.map) {
-            (HeaderBytes::Owned(b), _) => b,
-            (HeaderBytes::Mapped, Some(m)) => m.bytes(),
-            (HeaderBytes::Mapped, None) => &[],
-        }
-    }
-
-    /// What the load did; the list of copied tensors moves into it (at a
-    /// million misaligned tensors it is not held twice).
-    fn report(
-        &mut self,
-        requested: LoadMode,
-        fallback: Option<FallbackReason>,
-        t0: Instant,
-    ) -> LoadReport {
-        let infos = self.header.tensors();
-        let (mut tm, mut tc, mut bm, mut bc) = (0, 0, 0u64, 0u64);
-        for (s, t) in self.slots.iter().zip(infos) {
-            match s.kind {
-                PlacementKind::Mapped => {
-                    tm += 1;
-                    bm += t.nbytes;
-                }
-                PlacementKind::Copied => {
-                    tc += 1;
-                    bc += t.nbytes;
-                }
-            }
-        }
-        LoadReport {
-            format: self.header.format(),
-            mode_requested: requested,
-            mode_used: if self.map.is_some() {
-                LoadMode::Mmap
-            } else {
-                LoadMode::Stream
-            },
-            fallback,
-            tensors_count: infos.len(),
-            tensors_mapped: tm,
-            tensors_copied: tc,
-            bytes_mapped: bm,
-            bytes_copied: bc,
-            copied: std::mem::take(&mut self.copied),
-            buffers: self.buffer_reports.clone(),
-            file_len: self.header.file_len(),
-            elapsed: t0.elapsed(),
-            prefetch: self.prefetch.clone(),
-            read: self.read.clone(),
-            shards: Vec::new(),
-            warnings: Vec::new(),
-            random_access_tensors: self
-                .random_access
-                .iter()
-                .map(|&i| infos.at(i).name.to_owned())
-                .collect(),
-        }
-    }
-}
 
 /// A file mapped read-only with its tensors placed over it: the RAII owner
 /// of the mapped path. Tensors that could not be viewed in place (misaligned,
@@ -196,31 +108,6 @@ impl Storage {
     }
 }
 
-/// For a model in several files: every tensor's descriptor, where it is,
-/// and a name index over all of them.
-#[derive(Debug)]
-struct Combined {
-    /// (part, index in that part), per tensor.
-    locs: Vec<(usize, usize)>,
-    by_name: std::collections::HashMap<String, usize>,
-}
-
-/// One file of a model: where it is and what its load did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ShardReport {
-    /// The file.
-    pub path: PathBuf,
-    /// Its tensors.
-    pub tensors: usize,
-    /// Their bytes.
-    pub bytes: u64,
-    /// The mode that ran for it.
-    pub mode_used: LoadMode,
-    /// Why it was not mapped, when it was asked to be.
-    pub fallback: Option<FallbackReason>,
-}
-
 /// Loaded weights: the header, the metadata, and every tensor placed in a
 /// buffer: viewed in the file mapping ([`LoadMode::Mmap`]) or copied into
 /// owned memory ([`LoadMode::Stream`], and on the mapped path the tensors
@@ -241,10 +128,13 @@ pub struct ShardReport {
 /// ```
 #[derive(Debug)]
 pub struct Weights {
-    /// One per file; the first holds the model's metadata.
+    /// One per file (a single file is a model of one shard); the first
+    /// holds the model's metadata.
     parts: Vec<Storage>,
-    /// With more than one file.
-    combined: Option<Combined>,
+    /// The index, over all parts, of each part's first tensor, then the
+    /// tensor count: tensor `i` is in the last part whose start is `<= i`.
+    /// Every lookup, by index or by name, goes through it.
+    starts: Vec<usize>,
     report: LoadReport,
 }
 
@@ -291,6 +181,21 @@ unsafe fn load_source(
 }
 
 impl Weights {
+    /// Weights of `parts` (one per file, in shard order).
+    fn from_parts(parts: Vec<Storage>, report: LoadReport) -> Weights {
+        let mut starts = Vec::with_capacity(parts.len() + 1);
+        starts.push(0);
+        for part in &parts {
+            let n = starts[starts.len() - 1] + part.loaded().header.tensors().len();
+            starts.push(n);
+        }
+        Weights {
+            parts,
+            starts,
+            report,
+        }
+    }
+
     /// Load `path` as `options` say: mapped by default, falling back to the
     /// stream path (and saying why, in [`Weights::report`]) when the mapped
     /// path cannot be used.
@@ -339,11 +244,7 @@ impl Weights {
                 shards::single_is_split(p, md.get_opt_int::<u64>("split.count").ok().flatten())?;
             }
             let report = part.loaded_mut().report(options.mode, fallback, t0);
-            return Ok(Weights {
-                parts: vec![part],
-                combined: None,
-                report,
-            });
+            return Ok(Weights::from_parts(vec![part], report));
         }
         // Several files: validate all, then load each.
         let (headers, warnings) = shards::check(&files)?;
@@ -363,14 +264,14 @@ impl Weights {
             // Each shard's prefetch gets its share of the memory limit, so
             // that together they hold to it.
             let mut opts = options.clone();
-            if let crate::prefetch::Prefetch::Background { max_percent } = opts.prefetch {
+            if let super::prefetch::Prefetch::Background { max_percent } = opts.prefetch {
                 let (s, e) = h.header.header().tensor_region();
                 let share = if total == 0 {
                     1.0
                 } else {
                     (e - s) as f64 / total as f64
                 };
-                opts.prefetch = crate::prefetch::Prefetch::Background {
+                opts.prefetch = super::prefetch::Prefetch::Background {
                     max_percent: ((f64::from(max_percent) * share).floor() as u8)
                         .max(1)
                         .min(max_percent),
@@ -381,20 +282,8 @@ impl Weights {
             parts.push(part);
             fallbacks.push(fallback);
         }
-        let mut locs = Vec::new();
-        let mut by_name = std::collections::HashMap::new();
-        for (pi, part) in parts.iter().enumerate() {
-            for (ti, t) in part.loaded().header.tensors().iter().enumerate() {
-                by_name.insert(t.name.to_owned(), locs.len());
-                locs.push((pi, ti));
-            }
-        }
         let report = combine_reports(&mut parts, &fallbacks, options.mode, warnings, t0);
-        Ok(Weights {
-            parts,
-            combined: Some(Combined { locs, by_name }),
-            report,
-        })
+        Ok(Weights::from_parts(parts, report))
     }
 
     /// Load a model that occupies `[offset, offset + len)` of the open
@@ -435,11 +324,7 @@ impl Weights {
         // SAFETY: forwarded to the caller.
         let (mut part, fallback) = unsafe { load_source(src, options)? };
         let report = part.loaded_mut().report(options.mode, fallback, t0);
-        Ok(Weights {
-            parts: vec![part],
-            combined: None,
-            report,
-        })
+        Ok(Weights::from_parts(vec![part], report))
     }
 
     /// Load a model from memory the caller hands over: a `Vec<u8>`, an
@@ -451,7 +336,7 @@ impl Weights {
     /// and residency are no-ops.
     ///
     /// ```
-    /// use weightmap::{gguf::write::Writer, LoadOptions, TensorType, Weights};
+    /// use weightmap::{gguf::Writer, LoadOptions, TensorType, Weights};
     /// # fn main() -> weightmap::Result<()> {
     /// let mut w = Writer::new(32);
     /// w.tensor("w", TensorType::F32, &[4], 2.0f32.to_le_bytes().repeat(4));
@@ -480,7 +365,7 @@ impl Weights {
     /// alignment of `options.buffer_type`.
     ///
     /// ```
-    /// use weightmap::{gguf::write::Writer, LoadOptions, TensorType, Weights};
+    /// use weightmap::{gguf::Writer, LoadOptions, TensorType, Weights};
     /// # fn main() -> weightmap::Result<()> {
     /// let mut w = Writer::new(32);
     /// w.tensor("w", TensorType::F32, &[4], 3.0f32.to_le_bytes().repeat(4));
@@ -594,10 +479,10 @@ impl Weights {
 
     /// Number of tensors.
     pub fn len(&self) -> usize {
-        match &self.combined {
-            Some(c) => c.locs.len(),
-            None => self.header().tensors().len(),
-        }
+        *self
+            .starts
+            .last()
+            .expect("starts ends with the tensor count")
     }
 
     /// Whether there are no tensors.
@@ -613,10 +498,11 @@ impl Weights {
 
     /// The part and the index in it of tensor `i`.
     fn loc(&self, i: usize) -> Option<(usize, usize)> {
-        match &self.combined {
-            Some(c) => c.locs.get(i).copied(),
-            None => (i < self.len()).then_some((0, i)),
+        if i >= self.len() {
+            return None;
         }
+        let p = self.starts.partition_point(|&start| start <= i) - 1;
+        Some((p, i - self.starts[p]))
     }
 
     /// The `i`th tensor in file order.
@@ -776,12 +662,21 @@ impl Weights {
         }
     }
 
-    fn index_of(&self, name: &str) -> Result<usize> {
-        let i = match &self.combined {
-            Some(c) => c.by_name.get(name).copied(),
-            None => self.header().tensor_index(name),
-        };
-        i.ok_or_else(|| Error::TensorNotFound { name: name.into() })
+    /// The index (in file order, over every file) of the tensor called
+    /// `name`, for [`Weights::tensor_at`]: each file's own name index is
+    /// asked in turn (names are unique across shards).
+    pub fn tensor_index(&self, name: &str) -> Option<usize> {
+        self.parts
+            .iter()
+            .zip(&self.starts)
+            .find_map(|(part, start)| Some(start + part.loaded().header.tensor_index(name)?))
+    }
+
+    /// [`Weights::tensor_index`], with [`Error::TensorNotFound`] for a name
+    /// that is not there.
+    pub(crate) fn index_of(&self, name: &str) -> Result<usize> {
+        self.tensor_index(name)
+            .ok_or_else(|| Error::TensorNotFound { name: name.into() })
     }
 }
 
@@ -795,11 +690,11 @@ fn combine_progress(it: impl Iterator<Item = PrefetchProgress>) -> Option<Prefet
                 bytes_done: o.bytes_done + p.bytes_done,
                 bytes_total: o.bytes_total + p.bytes_total,
                 // Running while any runs; otherwise the first that did not finish.
-                state: if o.state == crate::prefetch::PrefetchState::Running
-                    || p.state == crate::prefetch::PrefetchState::Running
+                state: if o.state == super::prefetch::PrefetchState::Running
+                    || p.state == super::prefetch::PrefetchState::Running
                 {
-                    crate::prefetch::PrefetchState::Running
-                } else if o.state != crate::prefetch::PrefetchState::Finished {
+                    super::prefetch::PrefetchState::Running
+                } else if o.state != super::prefetch::PrefetchState::Finished {
                     o.state
                 } else {
                     p.state
@@ -1087,7 +982,7 @@ impl<'w> TensorRef<'w> {
     ///
     /// # Errors
     /// [`Error::ShapeMismatch`], [`Error::TypeMismatch`].
-    pub fn expect(self, ne: &[u64], types: &[TensorType]) -> Result<Self> {
+    pub fn check_shape(self, ne: &[u64], types: &[TensorType]) -> Result<Self> {
         let found = self.info.ne();
         if found != ne {
             return Err(Error::ShapeMismatch {
@@ -1145,125 +1040,6 @@ impl OwnedTensor {
     /// As [`crate::buffer::view`].
     pub fn view_mut<T: Element>(&mut self) -> Result<&mut [T]> {
         view_mut(&self.info.at(0), self.buf.bytes_mut())
-    }
-}
-
-/// A file's validated header, read without reading tensor data: what
-/// `weightmap inspect` and `validate` use.
-#[derive(Debug)]
-pub struct WeightsHeader {
-    header: Header,
-    bytes: Vec<u8>,
-}
-
-impl WeightsHeader {
-    /// Read and validate the header of `path` (every check the loader makes
-    /// short of mapping and placing).
-    ///
-    /// # Errors
-    /// As [`Weights::load_streamed`], less the tensor reads.
-    pub fn read(path: impl AsRef<Path>) -> Result<WeightsHeader> {
-        let path = path.as_ref();
-        let (file, meta) = open_checked(path)?;
-        let (header, bytes) = read_header(&file, meta.len(), path)?;
-        Ok(WeightsHeader { header, bytes })
-    }
-
-    /// The files of the model `path` names (one file, any shard of a
-    /// split GGUF, a safetensors index or a directory holding one), in
-    /// shard order, found by name and index alone: no header is read.
-    ///
-    /// # Errors
-    /// [`Error::ShardIndex`] and the I/O errors of finding the files, as
-    /// [`WeightsHeader::read_model`].
-    pub fn model_files(path: impl AsRef<Path>) -> Result<Vec<PathBuf>> {
-        Ok(shards::resolve(path.as_ref())?.paths())
-    }
-
-    /// Read and validate the headers of every file of the model `path`
-    /// names (one file, any shard of a split GGUF, a safetensors index or a
-    /// directory holding one), and the files against each other: every
-    /// check [`Weights::load`] makes before placing anything.
-    ///
-    /// # Errors
-    /// As [`Weights::load`], less the tensor reads.
-    pub fn read_model(path: impl AsRef<Path>) -> Result<ModelHeaders> {
-        let files = shards::resolve(path.as_ref())?;
-        if let shards::Files::Single(p) = &files {
-            let h = WeightsHeader::read(p)?;
-            if let Some(md) = h.gguf_metadata() {
-                shards::single_is_split(p, md.get_opt_int::<u64>("split.count").ok().flatten())?;
-            }
-            return Ok(ModelHeaders {
-                files: vec![(p.clone(), h)],
-                warnings: Vec::new(),
-            });
-        }
-        let (headers, warnings) = shards::check(&files)?;
-        Ok(ModelHeaders {
-            files: headers.into_iter().map(|h| (h.path, h.header)).collect(),
-            warnings,
-        })
-    }
-
-    /// The header.
-    pub fn header(&self) -> &Header {
-        &self.header
-    }
-
-    /// GGUF metadata (`None` for safetensors).
-    pub fn gguf_metadata(&self) -> Option<Metadata<'_>> {
-        self.header.gguf_metadata(&self.bytes)
-    }
-
-    /// The first tensor whose file offset is not aligned as a buffer type of
-    /// `buffer_alignment` needs for zero-copy placement (the mapping is
-    /// page-aligned, so the file offset decides for alignments up to a page).
-    pub fn first_misaligned(&self, buffer_alignment: usize) -> Option<(TensorInfo<'_>, usize)> {
-        self.header.tensors().iter().find_map(|t| {
-            let a = self.header.required_alignment(&t, buffer_alignment);
-            (t.file_offset % a as u64 != 0).then_some((t, a))
-        })
-    }
-}
-
-/// The validated headers of every file of a model
-/// ([`WeightsHeader::read_model`]).
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct ModelHeaders {
-    /// Each file and its header, in shard order (one entry for one file).
-    pub files: Vec<(PathBuf, WeightsHeader)>,
-    /// Warnings that are not errors (see [`LoadReport::warnings`]).
-    pub warnings: Vec<String>,
-}
-
-impl ModelHeaders {
-    /// The first file's header: the model's metadata.
-    pub fn first(&self) -> &WeightsHeader {
-        &self.files[0].1
-    }
-
-    /// Tensors over every file.
-    pub fn tensor_count(&self) -> usize {
-        self.files
-            .iter()
-            .map(|f| f.1.header().tensors().len())
-            .sum()
-    }
-
-    /// Tensor bytes over every file.
-    pub fn tensor_bytes(&self) -> u64 {
-        self.files
-            .iter()
-            .flat_map(|f| f.1.header().tensors())
-            .map(|t| t.nbytes)
-            .sum()
-    }
-
-    /// Bytes of every file.
-    pub fn file_len(&self) -> u64 {
-        self.files.iter().map(|f| f.1.header().file_len()).sum()
     }
 }
 

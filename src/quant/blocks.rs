@@ -1,14 +1,42 @@
-//! Typed blocks of the quantized types that `buffer::view` has no struct for.
+//! Typed blocks of ggml's quantized types: a tensor's bytes viewed as a
+//! slice of them (`TensorRef::view`), and the dequantization kernels' input.
 //!
 //! Each is ggml's `block_*` struct from `ggml-common.h` (ggml-org/ggml, commit
 //! d99724f2b141), field for field, `#[repr(C)]` and without padding, so a
-//! tensor's bytes can be viewed as a slice of them with [`crate::buffer::view`].
+//! tensor's bytes can be viewed as a slice of them.
 //! A compile-time check ties each struct's size to the type table's bytes per
 //! block. Multi-byte fields are little-endian, as in the file.
 
 use half::f16;
 
-use crate::buffer::block_structs as blocks;
+use crate::tensor::blocks;
+
+blocks! {
+    /// ggml's `block_q4_0`: 32 weights, 4 bits each, one f16 scale (18 bytes).
+    BlockQ4_0 for Q4_0 { d: f16, qs: [u8; 16] }
+    /// ggml's `block_q4_1`: scale and min, 32 4-bit weights (20 bytes).
+    BlockQ4_1 for Q4_1 { d: f16, m: f16, qs: [u8; 16] }
+    /// ggml's `block_q5_0` (22 bytes).
+    BlockQ5_0 for Q5_0 { d: f16, qh: [u8; 4], qs: [u8; 16] }
+    /// ggml's `block_q5_1` (24 bytes).
+    BlockQ5_1 for Q5_1 { d: f16, m: f16, qh: [u8; 4], qs: [u8; 16] }
+    /// ggml's `block_q8_0`: 32 signed bytes and an f16 scale (34 bytes).
+    BlockQ8_0 for Q8_0 { d: f16, qs: [i8; 32] }
+    /// ggml's `block_q8_1`: scale, scaled sum, 32 signed bytes (36 bytes).
+    BlockQ8_1 for Q8_1 { d: f16, s: f16, qs: [i8; 32] }
+    /// ggml's `block_q2_K` (84 bytes).
+    BlockQ2K for Q2_K { scales: [u8; 16], qs: [u8; 64], d: f16, dmin: f16 }
+    /// ggml's `block_q3_K` (110 bytes).
+    BlockQ3K for Q3_K { hmask: [u8; 32], qs: [u8; 64], scales: [u8; 12], d: f16 }
+    /// ggml's `block_q4_K`: super-block of 256 weights (144 bytes).
+    BlockQ4K for Q4_K { d: f16, dmin: f16, scales: [u8; 12], qs: [u8; 128] }
+    /// ggml's `block_q5_K` (176 bytes).
+    BlockQ5K for Q5_K { d: f16, dmin: f16, scales: [u8; 12], qh: [u8; 32], qs: [u8; 128] }
+    /// ggml's `block_q6_K`: super-block of 256 weights (210 bytes).
+    BlockQ6K for Q6_K { ql: [u8; 128], qh: [u8; 64], scales: [i8; 16], d: f16 }
+    /// ggml's `block_q8_K` (292 bytes).
+    BlockQ8K for Q8_K { d: f32, qs: [i8; 256], bsums: [i16; 16] }
+}
 
 blocks! {
     /// ggml's `block_q1_0`: 128 weights of one bit each, `±d` (18 bytes).

@@ -10,10 +10,6 @@
 use super::blocks::*;
 use super::grids::*;
 use super::scalar::{e8m0_half, fp16, fp16_field, ue4m3_half};
-use crate::buffer::{
-    BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K,
-    BlockQ8K, BlockQ8_0,
-};
 
 /// The two halves of a 32-weight output.
 #[inline(always)]

@@ -16,7 +16,7 @@
 //! let w = quant::dequantize_to_vec(TensorType::Q8_0, &block)?;
 //! assert_eq!(w.len(), 32);
 //! assert_eq!(w[3], 1.5);
-//! assert!(!quant::has_dequantize(TensorType::Q8_1)); // ggml has none
+//! assert!(!TensorType::Q8_1.has_dequantize()); // ggml has none
 //! # Ok(()) }
 //! ```
 //!
@@ -56,7 +56,9 @@ mod scalar;
 
 pub use blocks::{
     BlockIQ1M, BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS, BlockIQ4NL,
-    BlockIQ4XS, BlockMXFP4, BlockNVFP4, BlockQ1_0, BlockQ2_0, BlockTQ1_0, BlockTQ2_0,
+    BlockIQ4XS, BlockMXFP4, BlockNVFP4, BlockQ1_0, BlockQ2K, BlockQ2_0, BlockQ3K, BlockQ4K,
+    BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
+    BlockTQ1_0, BlockTQ2_0,
 };
 
 pub use check::{check_data, check_tensors, check_tensors_on, CheckStats};
@@ -111,10 +113,6 @@ macro_rules! block_kernels {
 mod row {
     use super::kernels as k;
     use super::*;
-    use crate::buffer::{
-        BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
-        BlockQ6K, BlockQ8K, BlockQ8_0,
-    };
 
     block_kernels! {
         q1_0: BlockQ1_0, 128 => k::q1_0;
@@ -253,9 +251,11 @@ fn kernel(ty: TensorType) -> Option<Kernel> {
     })
 }
 
-/// Whether [`dequantize`] handles `ty`: every type but Q8_1 and C64.
-pub fn has_dequantize(ty: TensorType) -> bool {
-    kernel(ty).is_some()
+impl TensorType {
+    /// Whether [`dequantize`] handles this type: every type but Q8_1 and C64.
+    pub fn has_dequantize(self) -> bool {
+        kernel(self).is_some()
+    }
 }
 
 /// The number of elements in `nbytes` bytes of `ty`, checking that the bytes

@@ -33,7 +33,7 @@ use ::safetensors::Dtype;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Unexpected, Visitor};
 use serde::Deserialize;
 
-use super::{header_err, tensor_type, METADATA_KEY};
+use super::spec::{header_err, tensor_type, METADATA_KEY};
 use crate::error::{Error, Result};
 use crate::tensor::TableBuilder;
 
@@ -861,7 +861,7 @@ impl<'de> Expect<'de> for Offsets {
 /// Check one entry against the file: its type, its size, and that
 /// `data_offsets` hold exactly its bytes within the data section. Returns the
 /// type and the byte size.
-fn check_tensor(name: &str, e: &Entry, b: Bounds) -> Result<(crate::TensorType, u64)> {
+fn check_tensor(name: &str, e: &Entry, b: Bounds) -> Result<(crate::types::TensorType, u64)> {
     let parts = EntryParts {
         dtype: e.dtype,
         shape: &e.shape,
@@ -878,7 +878,11 @@ struct EntryParts<'a> {
 }
 
 /// [`check_tensor`] of an entry's fields.
-fn check_parts(name: &str, e: &EntryParts<'_>, b: Bounds) -> Result<(crate::TensorType, u64)> {
+fn check_parts(
+    name: &str,
+    e: &EntryParts<'_>,
+    b: Bounds,
+) -> Result<(crate::types::TensorType, u64)> {
     let ty = tensor_type(name, e.dtype)?;
     let n_elements = e
         .shape

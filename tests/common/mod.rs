@@ -15,7 +15,7 @@
 //!   test starts from a valid file and changes one thing. [`Built`] reports
 //!   where everything landed, for truncation and byte-patching tests.
 //!   Its layout of a valid file is the library writer's
-//!   (`weightmap::gguf::write::Writer`) byte for byte, which
+//!   (`weightmap::gguf::Writer`) byte for byte, which
 //!   `spec_layout_is_the_writers` in tests/gguf_rules.rs checks; a test that
 //!   needs a valid file and no overrides or field offsets uses `Writer`.
 //!

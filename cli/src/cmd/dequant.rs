@@ -61,7 +61,7 @@ pub fn run(a: &Args) -> CliResult {
     let t = weights.tensor(&a.tensor)?;
     let info = t.info();
     let ty = info.ty;
-    if !quant::has_dequantize(ty) {
+    if !ty.has_dequantize() {
         return Err(CliError::msg(format!(
             "tensor '{}': {ty} has no dequantization to f32",
             info.name

@@ -1,9 +1,10 @@
 //! `weightmap gen OUT [--size BYTES] [--tensors N] [--vocab N] [--types LIST]
-//! [--alignment N] [--format gguf|safetensors] [--seed N]`.
+//! [--alignment N] [--format gguf|safetensors] [--seed N] [--shards N]
+//! [--arch llama|gemma3]`.
 
 use std::path::{Path, PathBuf};
 
-use crate::gen::{self, GenSpec};
+use crate::gen::{self, Arch, GenSpec};
 use weightmap::TensorType;
 
 use super::{emit, human_bytes, CliError, CliResult, FormatArg};
@@ -50,6 +51,31 @@ pub struct Args {
     /// bytes are those of the unsplit model.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=99_999))]
     shards: Option<u64>,
+    /// The architecture imitated. gemma3: heads of 256 together twice as
+    /// wide as the embedding (attn_q is [n_embd, 2 n_embd]), one KV head,
+    /// q/k and post norms (13 tensors a block, so --tensors 2 + 13 × blocks
+    /// gives whole blocks), no output.weight (tied to token_embd), and
+    /// gemma3.attention.key_length / value_length.
+    #[arg(long, value_enum, default_value_t = ArchArg::Llama)]
+    arch: ArchArg,
+}
+
+/// `--arch`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ArchArg {
+    /// llama: attention as wide as the embedding, 9 tensors a block.
+    Llama,
+    /// gemma 3 (like gemma-3-270m): attention wider than the embedding.
+    Gemma3,
+}
+
+impl From<ArchArg> for Arch {
+    fn from(a: ArchArg) -> Arch {
+        match a {
+            ArchArg::Llama => Arch::Llama,
+            ArchArg::Gemma3 => Arch::Gemma3,
+        }
+    }
 }
 
 pub fn run(a: &Args) -> CliResult {
@@ -62,6 +88,7 @@ pub fn run(a: &Args) -> CliResult {
         types: a.types.clone().unwrap_or(d.types),
         alignment: a.alignment.unwrap_or(d.alignment),
         seed: a.seed.unwrap_or(d.seed),
+        arch: a.arch.into(),
     };
     let min = gen::minimum_size(&spec)?;
     if spec.size < min {

@@ -81,13 +81,13 @@ fn write_text(f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> CliResul
 
 /// `inspect --json` of a model in several files.
 struct Shards<'a> {
-    model: &'a weightmap::loader::ModelHeaders,
+    model: &'a weightmap::ModelHeaders,
     full: bool,
 }
 
 impl Serialize for Shards<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        struct List<'a>(&'a weightmap::loader::ModelHeaders, bool);
+        struct List<'a>(&'a weightmap::ModelHeaders, bool);
         impl Serialize for List<'_> {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 let mut seq = s.serialize_seq(Some(self.0.files.len()))?;
@@ -202,7 +202,7 @@ impl Serialize for ArraySer<'_, '_> {
 }
 
 /// The tensor table, one entry at a time.
-struct TensorsSer<'a>(&'a weightmap::tensor::TensorTable);
+struct TensorsSer<'a>(&'a weightmap::TensorTable);
 
 impl Serialize for TensorsSer<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

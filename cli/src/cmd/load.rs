@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use weightmap::loader::DirectIo;
+use weightmap::DirectIo;
 use weightmap::{AccessAdvice, AdvicePolicy, LoadOptions, Prefetch, Weights};
 
 use super::proc_status::{Faults, MemStatus};
@@ -160,9 +160,9 @@ impl From<PrefetchArg> for Prefetch {
 /// resident afterwards.
 pub fn evict(path: &std::path::Path) -> CliResult<f64> {
     let shown = path.display();
-    weightmap::mmap::evict(path)
+    weightmap::evict(path)
         .map_err(|e| CliError::msg(format!("evicting {shown} from the page cache: {e}")))?;
-    let r = weightmap::mmap::file_residency(path)
+    let r = weightmap::file_residency(path)
         .map_err(|e| CliError::msg(format!("measuring residency of {shown}: {e}")))?;
     Ok(r.fraction() * 100.0)
 }
@@ -233,7 +233,7 @@ pub fn run(a: &Args) -> CliResult {
     pb.finish_and_clear();
     // With --evict: how much of the file the load (and touch) left cached.
     let resident_after = if a.evict {
-        weightmap::mmap::file_residency(&a.file)
+        weightmap::file_residency(&a.file)
             .ok()
             .map(|r| r.fraction() * 100.0)
     } else {
@@ -263,7 +263,7 @@ pub fn run(a: &Args) -> CliResult {
         let fallback = r
             .fallback
             .as_ref()
-            .map(|f| json!({"kind": f.kind(), "detail": f.to_string()}));
+            .map(|f| json!({"kind": f.name(), "detail": f.to_string()}));
         let mut o = json!({
             "format": r.format.name(),
             "mode_requested": r.mode_requested.name(),
@@ -291,10 +291,10 @@ pub fn run(a: &Args) -> CliResult {
             "read": r.read.as_ref().map(|rd| json!({
                 "threads": rd.threads,
                 "direct": rd.direct.to_string(),
-                "direct_used": rd.direct == weightmap::loader::DirectOutcome::Used,
+                "direct_used": rd.direct == weightmap::DirectOutcome::Used,
             })),
             "prefetch": r.prefetch.to_string(),
-            "prefetch_kind": r.prefetch.kind(),
+            "prefetch_kind": r.prefetch.name(),
             "prefetched_bytes": prefetched,
             "random_access_tensors": r.random_access_tensors,
             "shards": r.shards.len().max(1),
@@ -326,7 +326,7 @@ pub fn run(a: &Args) -> CliResult {
         let fallback = r
             .fallback
             .as_ref()
-            .map_or_else(|| "none".to_owned(), |f| format!("{}: {f}", f.kind()));
+            .map_or_else(|| "none".to_owned(), |f| format!("{}: {f}", f.name()));
         let mut out = table(
             &[
                 vec!["file:".into(), a.file.display().to_string()],

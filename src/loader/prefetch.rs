@@ -29,9 +29,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
+use super::read::ProgressFn;
 use crate::format::Header;
-use crate::loader::ProgressFn;
-use crate::mmap::{AccessAdvice, Mapping};
+use crate::os::{AccessAdvice, Mapping};
 
 /// Reading the mapped tensor region ahead of use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -86,17 +86,7 @@ pub enum AdvicePolicy {
 /// embedding when the model has a separate output projection (`output.weight`
 /// or `lm_head.weight`). A tied embedding is also the output matrix, read
 /// whole for every token's logits, so it is not a lookup table.
-///
-/// ```
-/// use weightmap::prefetch::is_row_lookup;
-/// let untied = ["token_embd.weight", "blk.0.attn_q.weight", "output.weight"];
-/// assert!(is_row_lookup("token_embd.weight", untied));
-/// let tied = ["token_embd.weight", "blk.0.attn_q.weight"];
-/// assert!(!is_row_lookup("token_embd.weight", tied));
-/// assert!(is_row_lookup("per_layer_token_embd.weight", tied));
-/// assert!(!is_row_lookup("blk.0.attn_q.weight", untied));
-/// ```
-pub fn is_row_lookup<'a>(name: &str, names: impl IntoIterator<Item = &'a str>) -> bool {
+pub(crate) fn is_row_lookup<'a>(name: &str, names: impl IntoIterator<Item = &'a str>) -> bool {
     const PER_LAYER: [&str; 2] = [
         "per_layer_token_embd.weight",
         "embed_tokens_per_layer.weight",
@@ -208,7 +198,7 @@ pub enum SkipReason {
 impl PrefetchDecision {
     /// A short, stable name: `"off"`, `"not_mapped"`, `"willneed"`,
     /// `"populated"`, `"background"`, `"skipped"`.
-    pub fn kind(&self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             PrefetchDecision::Off => "off",
             PrefetchDecision::NotMapped => "not_mapped",
@@ -270,14 +260,11 @@ impl fmt::Display for SkipReason {
 /// Whether a background prefetch of `bytes` may run with `mem_available`
 /// bytes available and a limit of `max_percent`: `Ok(available)`, or why
 /// not.
-///
-/// ```
-/// use weightmap::prefetch::{decide, SkipReason};
-/// assert_eq!(decide(400, Some(1000), 50), Ok(1000));
-/// assert!(matches!(decide(600, Some(1000), 50), Err(SkipReason::TooLarge { .. })));
-/// assert_eq!(decide(1, None, 50), Err(SkipReason::MemoryUnknown));
-/// ```
-pub fn decide(bytes: u64, mem_available: Option<u64>, max_percent: u8) -> Result<u64, SkipReason> {
+pub(crate) fn decide(
+    bytes: u64,
+    mem_available: Option<u64>,
+    max_percent: u8,
+) -> Result<u64, SkipReason> {
     let avail = mem_available.ok_or(SkipReason::MemoryUnknown)?;
     if fits(bytes, avail, max_percent) {
         Ok(avail)
@@ -292,15 +279,6 @@ pub fn decide(bytes: u64, mem_available: Option<u64>, max_percent: u8) -> Result
 
 fn fits(bytes: u64, avail: u64, max_percent: u8) -> bool {
     u128::from(bytes) * 100 <= u128::from(avail) * u128::from(max_percent)
-}
-
-/// `MemAvailable` from `/proc/meminfo`, in bytes; `None` where there is none.
-pub fn mem_available() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    text.lines().find_map(|l| {
-        let kb = l.strip_prefix("MemAvailable:")?.trim().strip_suffix("kB")?;
-        kb.trim().parse::<u64>().ok()?.checked_mul(1024)
-    })
 }
 
 /// Where a prefetch stands.
@@ -546,6 +524,26 @@ impl Drop for Prefetcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_token_embedding_is_a_row_lookup_only_when_untied() {
+        let untied = ["token_embd.weight", "blk.0.attn_q.weight", "output.weight"];
+        assert!(is_row_lookup("token_embd.weight", untied));
+        let tied = ["token_embd.weight", "blk.0.attn_q.weight"];
+        assert!(!is_row_lookup("token_embd.weight", tied));
+        assert!(is_row_lookup("per_layer_token_embd.weight", tied));
+        assert!(!is_row_lookup("blk.0.attn_q.weight", untied));
+    }
+
+    #[test]
+    fn a_prefetch_runs_only_within_its_share_of_known_memory() {
+        assert_eq!(decide(400, Some(1000), 50), Ok(1000));
+        assert!(matches!(
+            decide(600, Some(1000), 50),
+            Err(SkipReason::TooLarge { .. })
+        ));
+        assert_eq!(decide(1, None, 50), Err(SkipReason::MemoryUnknown));
+    }
     use std::io::Write;
 
     fn mapped_file(len: usize) -> (tempfile::NamedTempFile, Arc<Mapping>) {
@@ -574,7 +572,7 @@ mod tests {
         assert_eq!(d, PrefetchDecision::Skipped(SkipReason::MemoryUnknown));
         // Against 8 chunks it fits and runs to the end.
         let (p, d) = Prefetcher::start(&map, vec![(0, len)], 50, || Some(8 * CHUNK as u64), None);
-        assert_eq!(d.kind(), "background");
+        assert_eq!(d.name(), "background");
         let p = p.unwrap();
         let done = p.wait();
         assert_eq!(done.state, PrefetchState::Finished);

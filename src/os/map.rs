@@ -1,4 +1,5 @@
-//! The file mapping: the one place weightmap calls into `unsafe` mapping code.
+//! The file mapping: a read-only map of a file, advice over its ranges,
+//! residency, locking and eviction.
 //!
 //! A [`Mapping`] is a read-only, private (`PROT_READ`, `MAP_PRIVATE`) map of a
 //! whole file, made with memmap2's `map_copy_read_only`. The pages are the
@@ -12,6 +13,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use memmap2::{Advice, Mmap, MmapOptions};
+
+use super::mem::page_size;
 
 /// How the kernel should expect a range of the mapping to be read.
 ///
@@ -237,19 +240,9 @@ impl Mapping {
         self.len
     }
 
-    /// Whether the view is empty (never, in practice: empty files are not mapped).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Address of the first byte of the view.
     pub fn addr(&self) -> usize {
         self.bytes().as_ptr() as usize
-    }
-
-    /// Whether this views a file (advice, release and residency apply).
-    pub fn is_file(&self) -> bool {
-        self.mmap().is_some()
     }
 
     /// Page-align `[start, end)` (view offsets) outward at the start
@@ -585,38 +578,4 @@ pub(crate) fn residency_estimate_of(file: &File) -> io::Result<Residency> {
         sum.total_pages += r.total_pages;
     }
     Ok(sum)
-}
-
-/// The system page size.
-pub fn page_size() -> usize {
-    #[cfg(unix)]
-    {
-        // SAFETY: sysconf has no preconditions; it only reads a constant.
-        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        if p > 0 {
-            return p as usize;
-        }
-    }
-    4096
-}
-
-/// The soft `RLIMIT_MEMLOCK`, as text, for error messages.
-pub fn memlock_limit() -> String {
-    #[cfg(unix)]
-    {
-        let mut r = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: `r` is a valid, writable rlimit for getrlimit to fill.
-        let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) };
-        if rc == 0 {
-            return if r.rlim_cur == libc::RLIM_INFINITY {
-                "unlimited".into()
-            } else {
-                format!("{} bytes", r.rlim_cur)
-            };
-        }
-    }
-    "unknown".into()
 }

@@ -1,5 +1,5 @@
-//! Tensor descriptors, shared by both formats: a compact table and the view
-//! of one of its entries.
+//! The tensor table, shared by both formats: a compact table of
+//! descriptors and the view of one of its entries.
 //!
 //! A header's tensors are stored column by column ([`TensorTable`]): every
 //! name in one string, every dimension in one vector, and per tensor a
@@ -77,7 +77,7 @@ struct Entry {
 /// A header's tensor descriptors, in file order, indexed by name.
 ///
 /// ```
-/// use weightmap::{gguf::write::Writer, Header, TensorType};
+/// use weightmap::{gguf::Writer, Header, TensorType};
 /// # fn main() -> weightmap::Result<()> {
 /// let mut w = Writer::new(32);
 /// w.tensor("a", TensorType::F32, &[4], vec![0; 16]);

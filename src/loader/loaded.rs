@@ -1,0 +1,107 @@
+//! [`Loaded`]: what either path made of one file, before it becomes part of
+//! a [`Weights`](super::weights::Weights).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::buffer::Buffer;
+use crate::error::FallbackReason;
+use crate::format::Header;
+use crate::os::Mapping;
+
+use super::options::LoadMode;
+use super::place::Slot;
+use super::prefetch::{PrefetchDecision, Prefetcher};
+use super::read::ReadReport;
+use super::report::{BufferReport, CopiedTensor, LoadReport, PlacementKind};
+
+/// Where the header's bytes are (metadata is read from them lazily).
+#[derive(Debug)]
+pub(crate) enum HeaderBytes {
+    /// In the mapping.
+    Mapped,
+    /// Read into memory.
+    Owned(Vec<u8>),
+}
+
+/// Everything a load made, from either path.
+#[derive(Debug)]
+pub(crate) struct Loaded {
+    pub path: PathBuf,
+    pub header: Header,
+    pub header_bytes: HeaderBytes,
+    pub buffers: Vec<Box<dyn Buffer>>,
+    pub buffer_reports: Vec<BufferReport>,
+    /// One per tensor, in header order.
+    pub slots: Vec<Slot>,
+    pub map: Option<Arc<Mapping>>,
+    /// Stopped and joined on drop.
+    pub prefetcher: Option<Prefetcher>,
+    pub prefetch: PrefetchDecision,
+    pub random_access: Vec<usize>,
+    pub copied: Vec<CopiedTensor>,
+    pub read: Option<ReadReport>,
+}
+
+impl Loaded {
+    pub(crate) fn header_bytes(&self) -> &[u8] {
+        match (&self.header_bytes, &self.map) {
+            (HeaderBytes::Owned(b), _) => b,
+            (HeaderBytes::Mapped, Some(m)) => m.bytes(),
+            (HeaderBytes::Mapped, None) => &[],
+        }
+    }
+
+    /// What the load did; the list of copied tensors moves into it (at a
+    /// million misaligned tensors it is not held twice).
+    pub(crate) fn report(
+        &mut self,
+        requested: LoadMode,
+        fallback: Option<FallbackReason>,
+        t0: Instant,
+    ) -> LoadReport {
+        let infos = self.header.tensors();
+        let (mut tm, mut tc, mut bm, mut bc) = (0, 0, 0u64, 0u64);
+        for (s, t) in self.slots.iter().zip(infos) {
+            match s.kind {
+                PlacementKind::Mapped => {
+                    tm += 1;
+                    bm += t.nbytes;
+                }
+                PlacementKind::Copied => {
+                    tc += 1;
+                    bc += t.nbytes;
+                }
+            }
+        }
+        LoadReport {
+            format: self.header.format(),
+            mode_requested: requested,
+            mode_used: if self.map.is_some() {
+                LoadMode::Mmap
+            } else {
+                LoadMode::Stream
+            },
+            fallback,
+            tensors_count: infos.len(),
+            tensors_mapped: tm,
+            tensors_copied: tc,
+            bytes_mapped: bm,
+            bytes_copied: bc,
+            copied: std::mem::take(&mut self.copied),
+            buffers: self.buffer_reports.clone(),
+            file_len: self.header.file_len(),
+            elapsed: t0.elapsed(),
+            prefetch: self.prefetch.clone(),
+            read: self.read.clone(),
+            shards: Vec::new(),
+            warnings: Vec::new(),
+            random_access_tensors: self
+                .random_access
+                .iter()
+                .map(|&i| infos.at(i).name.to_owned())
+                .collect(),
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! What the system says of memory: the page size, the memory-lock limit,
+//! the memory available.
+
+/// The system page size.
+pub fn page_size() -> usize {
+    #[cfg(unix)]
+    {
+        // SAFETY: sysconf has no preconditions; it only reads a constant.
+        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if p > 0 {
+            return p as usize;
+        }
+    }
+    4096
+}
+
+/// The soft `RLIMIT_MEMLOCK`, as text, for error messages.
+pub fn memlock_limit() -> String {
+    #[cfg(unix)]
+    {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `r` is a valid, writable rlimit for getrlimit to fill.
+        let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) };
+        if rc == 0 {
+            return if r.rlim_cur == libc::RLIM_INFINITY {
+                "unlimited".into()
+            } else {
+                format!("{} bytes", r.rlim_cur)
+            };
+        }
+    }
+    "unknown".into()
+}
+
+/// `MemAvailable` from `/proc/meminfo`, in bytes; `None` where there is none.
+pub fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    text.lines().find_map(|l| {
+        let kb = l.strip_prefix("MemAvailable:")?.trim().strip_suffix("kB")?;
+        kb.trim().parse::<u64>().ok()?.checked_mul(1024)
+    })
+}
