@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# CI step: the ggml proof of issue 14 (capi/tests/ggml/run.sh). Installs
+# CI step: the ggml proof (capi/tests/ggml/run.sh), that ggml computes the
+# same results on tensors placed by weightmap's C ABI as on its own. Installs
 # cmake and a C/C++ compiler with apt-get when they are missing. Exits 0
 # with a SKIPPED line only when the pinned llama.cpp sources cannot be
 # downloaded; nonzero on a mismatch.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write a GGUF and a safetensors file with N small tensors each (issue 15).
+"""Write a GGUF and a safetensors file with N small tensors each.
 
 Each tensor is F32 [2, 2] (16 bytes) named "blk.<i>.ffn.weight"; the GGUF
 file has no metadata and the default alignment of 32, the safetensors file

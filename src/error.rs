@@ -276,7 +276,7 @@ pub enum Error {
 
     // ---- ggml-exact validation (validate --ggml) ------------------------------
     /// A file weightmap accepts that ggml's reference parser (and so
-    /// llama.cpp) refuses; see [`crate::gguf::ggml`].
+    /// llama.cpp) refuses; see [`crate::gguf::check_ggml`].
     #[error("{} would refuse this file: {rule}: {detail}", .rule.refused_by())]
     GgmlWouldRefuse {
         /// The ggml rule broken.
@@ -909,14 +909,14 @@ impl std::fmt::Display for FallbackReason {
 }
 
 /// One rule of ggml's parser that weightmap's default validation does not
-/// apply. See [`crate::gguf::ggml`] for each rule's source.
+/// apply. See [`crate::gguf::check_ggml`] for each rule's source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum GgmlRule {
     /// A key, string value or string array element longer than
-    /// [`GGUF_MAX_STRING_LENGTH`](crate::gguf::ggml::GGUF_MAX_STRING_LENGTH).
+    /// [`GgmlRule::MAX_STRING_LENGTH`].
     StringLength,
-    /// An array with more than [`GGUF_MAX_ARRAY_ELEMENTS`](crate::gguf::ggml::GGUF_MAX_ARRAY_ELEMENTS) elements.
+    /// An array with more than [`GgmlRule::MAX_ARRAY_ELEMENTS`] elements.
     ArrayLength,
     /// Two tensor names equal up to their first NUL byte.
     TensorName,
@@ -928,7 +928,7 @@ pub enum GgmlRule {
 }
 
 impl GgmlRule {
-    /// Every rule, in the order [`check_ggml`](crate::gguf::ggml::check_ggml) applies them.
+    /// Every rule, in the order [`check_ggml`](crate::gguf::check_ggml) applies them.
     pub const ALL: [GgmlRule; 5] = [
         GgmlRule::StringLength,
         GgmlRule::ArrayLength,

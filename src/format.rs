@@ -1,11 +1,13 @@
 //! Format detection and the format-agnostic header.
 
 use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
 
 use crate::alloc::read_more;
 use crate::error::{Error, Result};
 use crate::gguf::{self, GgufHeader, Metadata};
-use crate::os::read_at;
+use crate::os::{open_checked, read_at, Mapping};
 use crate::safetensors::{self as st, SafetensorsHeader};
 use crate::tensor::Parse;
 use crate::tensor::{TensorInfo, TensorTable};
@@ -56,25 +58,69 @@ impl Format {
     }
 }
 
-/// A validated header of either format.
+/// The validated header of a weight file, either format: its tensor table,
+/// and the bytes it was read from, which GGUF metadata is read from
+/// lazily ([`Header::gguf_metadata`]). On the mapped path those bytes are
+/// the mapping's (nothing is copied); elsewhere they are the header's own
+/// bytes, read or copied once.
 #[derive(Debug, Clone)]
-pub enum Header {
-    /// A GGUF header.
+pub struct Header {
+    parsed: Parsed,
+    bytes: HeaderBytes,
+}
+
+/// The header as its format's parser returned it.
+#[derive(Debug, Clone)]
+enum Parsed {
     Gguf(GgufHeader),
-    /// A safetensors header.
     Safetensors(SafetensorsHeader),
 }
 
+/// Where a header's bytes are.
+#[derive(Debug, Clone)]
+enum HeaderBytes {
+    /// The header's own bytes (up to the data section).
+    Owned(Vec<u8>),
+    /// The mapping of the whole file, which the header keeps alive.
+    Mapped(Arc<Mapping>),
+}
+
+impl Parsed {
+    /// Where the header ends: the first byte not read by the parser.
+    fn end(&self) -> u64 {
+        match self {
+            Parsed::Gguf(g) => g.header_len(),
+            Parsed::Safetensors(s) => s.data_offset(),
+        }
+    }
+
+    fn parse_prefix(prefix: &[u8], file_len: u64) -> Result<Parse<Parsed>> {
+        if (prefix.len() as u64) < file_len.min(9) {
+            return Ok(Parse::NeedMore {
+                min_len: file_len.min(9),
+            });
+        }
+        Ok(match Format::detect(prefix)? {
+            Format::Gguf => GgufHeader::parse_prefix(prefix, file_len)?.map(Parsed::Gguf),
+            Format::Safetensors => {
+                SafetensorsHeader::parse_prefix(prefix, file_len)?.map(Parsed::Safetensors)
+            }
+        })
+    }
+}
+
 impl Header {
-    /// Detect the format and parse a whole file held in `bytes`.
+    /// Detect the format and parse a whole file held in `bytes`. The
+    /// header's bytes are copied into it; the tensor data is not.
     ///
     /// # Errors
     /// [`Error::UnknownFormat`] or the format's own validation error.
     pub fn parse(bytes: &[u8]) -> Result<Header> {
-        Ok(match Format::detect(bytes)? {
-            Format::Gguf => Header::Gguf(GgufHeader::parse(bytes)?),
-            Format::Safetensors => Header::Safetensors(SafetensorsHeader::parse(bytes)?),
-        })
+        let parsed = match Format::detect(bytes)? {
+            Format::Gguf => Parsed::Gguf(GgufHeader::parse(bytes)?),
+            Format::Safetensors => Parsed::Safetensors(SafetensorsHeader::parse(bytes)?),
+        };
+        Ok(Header::owning(parsed, bytes))
     }
 
     /// Parse a header from the first bytes of a file of `file_len` bytes:
@@ -84,65 +130,117 @@ impl Header {
     /// # Errors
     /// As [`Header::parse`].
     pub fn parse_prefix(prefix: &[u8], file_len: u64) -> Result<Parse<Header>> {
-        if (prefix.len() as u64) < file_len.min(9) {
-            return Ok(Parse::NeedMore {
-                min_len: file_len.min(9),
-            });
-        }
-        Ok(match Format::detect(prefix)? {
-            Format::Gguf => GgufHeader::parse_prefix(prefix, file_len)?.map(Header::Gguf),
-            Format::Safetensors => {
-                SafetensorsHeader::parse_prefix(prefix, file_len)?.map(Header::Safetensors)
-            }
+        Ok(Parsed::parse_prefix(prefix, file_len)?.map(|p| Header::owning(p, prefix)))
+    }
+
+    /// Read and validate the header of the file at `path`, reading only as
+    /// much of it as the header needs: every check the loader makes short
+    /// of mapping and placing. A split GGUF's shard is read as the one file
+    /// it is; `ModelHeaders::read` reads a whole model.
+    ///
+    /// # Errors
+    /// [`Error::Io`], [`Error::NotAFile`], [`Error::EmptyFile`], or any
+    /// validation error.
+    pub fn read(path: impl AsRef<Path>) -> Result<Header> {
+        let path = path.as_ref();
+        let (file, meta) = open_checked(path)?;
+        read_header(&file, meta.len(), path)
+    }
+
+    /// Parse the header at the start of `map` (the model's bytes), keeping
+    /// the mapping for its metadata: nothing is copied.
+    pub(crate) fn in_mapping(map: &Arc<Mapping>) -> Result<Header> {
+        let bytes = map.bytes();
+        let parsed = match Format::detect(bytes)? {
+            Format::Gguf => Parsed::Gguf(GgufHeader::parse(bytes)?),
+            Format::Safetensors => Parsed::Safetensors(SafetensorsHeader::parse(bytes)?),
+        };
+        Ok(Header {
+            parsed,
+            bytes: HeaderBytes::Mapped(Arc::clone(map)),
         })
+    }
+
+    /// `parsed` with the header's bytes copied from `bytes`, the file's
+    /// first bytes.
+    fn owning(parsed: Parsed, bytes: &[u8]) -> Header {
+        let end = usize::try_from(parsed.end()).map_or(bytes.len(), |e| e.min(bytes.len()));
+        Header {
+            parsed,
+            bytes: HeaderBytes::Owned(bytes[..end].to_vec()),
+        }
+    }
+
+    /// The bytes the header was read from (from the start of the file).
+    fn bytes(&self) -> &[u8] {
+        match &self.bytes {
+            HeaderBytes::Owned(b) => b,
+            HeaderBytes::Mapped(m) => m.bytes(),
+        }
     }
 
     /// The format.
     pub fn format(&self) -> Format {
-        match self {
-            Header::Gguf(_) => Format::Gguf,
-            Header::Safetensors(_) => Format::Safetensors,
+        match self.parsed {
+            Parsed::Gguf(_) => Format::Gguf,
+            Parsed::Safetensors(_) => Format::Safetensors,
+        }
+    }
+
+    /// The GGUF header, when the file is GGUF.
+    pub fn gguf(&self) -> Option<&GgufHeader> {
+        match &self.parsed {
+            Parsed::Gguf(h) => Some(h),
+            Parsed::Safetensors(_) => None,
+        }
+    }
+
+    /// The safetensors header, when the file is safetensors.
+    pub fn safetensors(&self) -> Option<&SafetensorsHeader> {
+        match &self.parsed {
+            Parsed::Gguf(_) => None,
+            Parsed::Safetensors(h) => Some(h),
         }
     }
 
     /// Tensor descriptors in file order.
     pub fn tensors(&self) -> &TensorTable {
-        match self {
-            Header::Gguf(h) => h.tensors(),
-            Header::Safetensors(h) => h.tensors(),
+        match &self.parsed {
+            Parsed::Gguf(h) => h.tensors(),
+            Parsed::Safetensors(h) => h.tensors(),
         }
     }
 
     /// Index of the tensor called `name`.
     pub fn tensor_index(&self, name: &str) -> Option<usize> {
-        match self {
-            Header::Gguf(h) => h.tensor_index(name),
-            Header::Safetensors(h) => h.tensor_index(name),
+        match &self.parsed {
+            Parsed::Gguf(h) => h.tensor_index(name),
+            Parsed::Safetensors(h) => h.tensor_index(name),
         }
     }
 
     /// Absolute offset of the data section.
     pub fn data_offset(&self) -> u64 {
-        match self {
-            Header::Gguf(h) => h.data_offset(),
-            Header::Safetensors(h) => h.data_offset(),
+        match &self.parsed {
+            Parsed::Gguf(h) => h.data_offset(),
+            Parsed::Safetensors(h) => h.data_offset(),
         }
     }
 
     /// The file length the header was validated against.
     pub fn file_len(&self) -> u64 {
-        match self {
-            Header::Gguf(h) => h.file_len(),
-            Header::Safetensors(h) => h.file_len(),
+        match &self.parsed {
+            Parsed::Gguf(h) => h.file_len(),
+            Parsed::Safetensors(h) => h.file_len(),
         }
     }
 
     /// The alignment the file promises for tensor offsets: GGUF's
     /// `general.alignment` (default 32); 1 for safetensors, which promises none.
     pub fn file_alignment(&self) -> u64 {
-        match self {
-            Header::Gguf(h) => h.alignment(),
-            Header::Safetensors(_) => 1,
+        match &self.parsed {
+            Parsed::Gguf(h) => h.alignment(),
+            Parsed::Safetensors(_) => 1,
         }
     }
 
@@ -165,14 +263,25 @@ impl Header {
         ty: crate::types::TensorType,
         buffer_alignment: usize,
     ) -> usize {
-        match self {
-            Header::Gguf(_) => buffer_alignment,
-            Header::Safetensors(_) => {
+        match &self.parsed {
+            Parsed::Gguf(_) => buffer_alignment,
+            Parsed::Safetensors(_) => {
                 let elem = usize::try_from(ty.type_size()).unwrap_or(1);
                 let elem = if elem.is_power_of_two() { elem } else { 1 };
                 elem.min(buffer_alignment)
             }
         }
+    }
+
+    /// The first tensor whose file offset is not aligned as a buffer type of
+    /// `buffer_alignment` needs for zero-copy placement (the mapping is
+    /// page-aligned, so the file offset decides for alignments up to a
+    /// page), with the alignment it needs.
+    pub fn first_misaligned(&self, buffer_alignment: usize) -> Option<(TensorInfo<'_>, usize)> {
+        self.tensors().iter().find_map(|t| {
+            let a = self.required_alignment(&t, buffer_alignment);
+            (t.file_offset % a as u64 != 0).then_some((t, a))
+        })
     }
 
     /// `[start, end)` in the file covering every tensor (zero-size ones
@@ -191,19 +300,19 @@ impl Header {
         span
     }
 
-    /// GGUF metadata, read from `bytes` (the bytes the header was parsed from).
-    pub fn gguf_metadata<'a>(&'a self, bytes: &'a [u8]) -> Option<Metadata<'a>> {
-        match self {
-            Header::Gguf(h) => Some(h.metadata_in(bytes)),
-            Header::Safetensors(_) => None,
+    /// GGUF metadata (`None` for safetensors), read from the header's bytes.
+    pub fn gguf_metadata(&self) -> Option<Metadata<'_>> {
+        match &self.parsed {
+            Parsed::Gguf(h) => Some(h.metadata_in(self.bytes())),
+            Parsed::Safetensors(_) => None,
         }
     }
 
-    /// The safetensors `__metadata__` map.
+    /// The safetensors `__metadata__` map (`None` for GGUF).
     pub fn safetensors_metadata(&self) -> Option<&std::collections::BTreeMap<String, String>> {
-        match self {
-            Header::Gguf(_) => None,
-            Header::Safetensors(h) => Some(h.metadata()),
+        match &self.parsed {
+            Parsed::Gguf(_) => None,
+            Parsed::Safetensors(h) => Some(h.metadata()),
         }
     }
 }
@@ -214,24 +323,14 @@ const FIRST_READ: u64 = 1 << 20;
 
 /// Read and validate the header of an open file of `file_len` bytes, reading
 /// only as much of the file as the header needs (plus at most one read's
-/// slack). Returns the header and the bytes read.
-pub(crate) fn read_header(
-    file: &File,
-    file_len: u64,
-    path: &std::path::Path,
-) -> Result<(Header, Vec<u8>)> {
+/// slack). The header keeps the bytes it needs for its metadata.
+pub(crate) fn read_header(file: &File, file_len: u64, path: &Path) -> Result<Header> {
     read_header_at(file, 0, file_len, path)
 }
 
 /// [`read_header`] for a model of `file_len` bytes that starts at `base` in
 /// a larger file: every offset is relative to `base`.
-
-pub(crate) fn read_header_at(
-    file: &File,
-    base: u64,
-    file_len: u64,
-    path: &std::path::Path,
-) -> Result<(Header, Vec<u8>)> {
+pub(crate) fn read_header_at(file: &File, base: u64, file_len: u64, path: &Path) -> Result<Header> {
     let mut bytes: Vec<u8> = Vec::new();
     let mut want = file_len.min(FIRST_READ);
     loop {
@@ -245,17 +344,16 @@ pub(crate) fn read_header_at(
         read_more(&mut bytes, want, &mut |buf, off| {
             read_at(file, buf, base + off).map_err(|e| Error::io("read", path, e))
         })?;
-        match Header::parse_prefix(&bytes, file_len)? {
-            Parse::Complete(h) => {
+        match Parsed::parse_prefix(&bytes, file_len)? {
+            Parse::Complete(parsed) => {
                 // Keep the header only: the slack of the last read is tensor
                 // data, which the caller reads into place itself.
-                let header_end = match &h {
-                    Header::Gguf(g) => g.header_len(),
-                    Header::Safetensors(s) => s.data_offset(),
-                };
-                bytes.truncate(usize::try_from(header_end).unwrap_or(bytes.len()));
+                bytes.truncate(usize::try_from(parsed.end()).unwrap_or(bytes.len()));
                 bytes.shrink_to_fit();
-                return Ok((h, bytes));
+                return Ok(Header {
+                    parsed,
+                    bytes: HeaderBytes::Owned(bytes),
+                });
             }
             Parse::NeedMore { min_len: min } => {
                 // A GGUF header longer than the first read: its key/value
@@ -267,7 +365,10 @@ pub(crate) fn read_header_at(
                     let (h, kv) = gguf::read_windowed(bytes, file_len, |buf, off| {
                         read_at(file, buf, base + off).map_err(|e| Error::io("read", path, e))
                     })?;
-                    return Ok((Header::Gguf(h), kv));
+                    return Ok(Header {
+                        parsed: Parsed::Gguf(h),
+                        bytes: HeaderBytes::Owned(kv),
+                    });
                 }
                 // Otherwise grow geometrically, so a huge header costs O(n)
                 // reads and O(n log n) re-parsing at worst; never past the file.

@@ -23,8 +23,8 @@ pub use loader::{
     AdvicePolicy, BorrowedWeights, BufferReport, CopiedTensor, CopyReason, DirectIo, DirectOutcome,
     LoadMode, LoadOptions, LoadReport, MappedWeights, ModelHeaders, OwnedTensor, PlacementKind,
     Prefetch, PrefetchDecision, PrefetchProgress, PrefetchState, ProgressFn, ReadReport, Route,
-    Scope, ShardReport, SkipReason, Tensor, TensorRef, Weights, WeightsHeader,
+    Scope, ShardReport, SkipReason, Tensor, TensorRef, Weights,
 };
-pub use os::{evict, file_residency, file_residency_estimate, AccessAdvice, Residency};
+pub use os::{evict, file_residency, AccessAdvice, Residency};
 pub use tensor::{Element, Parse, TensorInfo, TensorTable};
 pub use types::TensorType;

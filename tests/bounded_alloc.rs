@@ -1,4 +1,4 @@
-//! No allocation sized by a count the file claims (issue 6): files under
+//! No allocation sized by a count the file claims: files under
 //! 1 KiB that claim 2^62 tensors, keys, array elements or string bytes, or a
 //! huge safetensors header, must be rejected by the parser, the stream load
 //! and the mapped load while the calling thread allocates at most 1 MiB.

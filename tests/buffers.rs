@@ -2,9 +2,7 @@
 //! element type, the simulated device, owned buffer alignment.
 
 use half::{bf16, f16};
-use weightmap::buffer::{
-    check_range, place, BufferType, BufferUsage, CpuBufferType, SimDeviceBufferType,
-};
+use weightmap::buffer::{place, BufferType, BufferUsage, CpuBufferType, SimDeviceBufferType};
 use weightmap::quant::{
     BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K,
     BlockQ8K, BlockQ8_0, BlockQ8_1,
@@ -86,8 +84,13 @@ fn placement_outside_the_buffer_or_misaligned_is_refused() {
         place(buf.as_ref(), "w", 0, 1, 24),
         Err(Error::InvalidAlignment { alignment: 24 })
     ));
-    assert!(check_range(10, 5, 15).is_ok());
-    assert!(check_range(10, 6, 15).is_err());
+    // A range that ends exactly at the buffer's end is in; one byte more is out.
+    let mut small = CpuBufferType::new().alloc_buffer(15).unwrap();
+    assert!(small.set(10, &[0; 5]).is_ok());
+    assert!(matches!(
+        small.set(10, &[0; 6]),
+        Err(Error::OutOfBuffer { .. })
+    ));
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! ggml-exact validation (`weightmap::gguf::ggml::check_ggml`):
+//! ggml-exact validation (`weightmap::gguf::check_ggml`):
 //! files weightmap's default rules accept
 //! and ggml's gguf.cpp refuses, and files both accept.
 //!
@@ -12,10 +12,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{big_kv, tt, two_tensors, unpadded, GgufSpec, Kv, Tensor};
-use weightmap::gguf::ggml::{
-    check_ggml, GgmlRule, GgmlSummary, GGUF_MAX_ARRAY_ELEMENTS, GGUF_MAX_STRING_LENGTH,
-};
 use weightmap::gguf::{self, GgufHeader};
+use weightmap::gguf::{check_ggml, GgmlRule, GgmlSummary};
 use weightmap::{Error, TensorType};
 
 // ---- helpers -------------------------------------------------------------
@@ -108,7 +106,10 @@ fn an_empty_file_and_a_zero_size_last_tensor_pass() {
 #[test]
 fn strings_and_arrays_at_the_caps_pass() {
     for kind in ["string", "u8_array", "string_in_array"] {
-        let bytes = big_kv(kind, GGUF_MAX_STRING_LENGTH.min(GGUF_MAX_ARRAY_ELEMENTS));
+        let bytes = big_kv(
+            kind,
+            GgmlRule::MAX_STRING_LENGTH.min(GgmlRule::MAX_ARRAY_ELEMENTS),
+        );
         ggml(&bytes).unwrap_or_else(|e| panic!("{kind} at the cap: {e}"));
     }
 }
@@ -193,7 +194,7 @@ fn missing_data_section_padding_is_refused() {
 
 #[test]
 fn an_oversized_string_value_is_refused() {
-    let bytes = big_kv("string", GGUF_MAX_STRING_LENGTH + 1);
+    let bytes = big_kv("string", GgmlRule::MAX_STRING_LENGTH + 1);
     let (rule, detail) = refused(&bytes);
     assert_eq!(rule, GgmlRule::StringLength);
     assert!(
@@ -208,7 +209,7 @@ fn an_oversized_string_value_is_refused() {
 
 #[test]
 fn an_oversized_string_in_an_array_is_refused() {
-    let bytes = big_kv("string_in_array", GGUF_MAX_STRING_LENGTH + 1);
+    let bytes = big_kv("string_in_array", GgmlRule::MAX_STRING_LENGTH + 1);
     let (rule, detail) = refused(&bytes);
     assert_eq!(rule, GgmlRule::StringLength);
     assert!(
@@ -219,7 +220,7 @@ fn an_oversized_string_in_an_array_is_refused() {
 
 #[test]
 fn an_oversized_array_is_refused() {
-    let bytes = big_kv("u8_array", GGUF_MAX_ARRAY_ELEMENTS + 1);
+    let bytes = big_kv("u8_array", GgmlRule::MAX_ARRAY_ELEMENTS + 1);
     let (rule, detail) = refused(&bytes);
     assert_eq!(rule, GgmlRule::ArrayLength);
     assert!(

@@ -1,4 +1,4 @@
-//! One test per GGUF validation rule (issue 2): each malformed file must fail
+//! One test per GGUF validation rule: each malformed file must fail
 //! with its own `weightmap::Error` variant, naming the key, tensor or offset;
 //! each boundary case ggml accepts must parse.
 

@@ -1,4 +1,4 @@
-//! Hostile files through the loader (issue 6): every malformed file must give
+//! Hostile files through the loader: every malformed file must give
 //! a typed error — never a panic — and the SAME error (same `kind()`, same
 //! Display) from the mapped load (`Weights::load`, mmap with fallback) and the
 //! stream load (`Weights::load_streamed`). For files with bad content the
@@ -862,7 +862,7 @@ fn safetensors_header_length_past_the_end() {
         matches!(e, Error::Truncated { ref what, needed: 1000, file_len: 20, .. } if what == "safetensors JSON header"),
         "{e:?}"
     );
-    // Over the 100 MB header cap: its own message (issue 15), not "unknown format".
+    // Over the 100 MB header cap: its own message, not "unknown format".
     let mut bytes = (1u64 << 62).to_le_bytes().to_vec();
     bytes.extend_from_slice(b"{}");
     let e = hostile(&bytes);

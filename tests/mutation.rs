@@ -1,4 +1,4 @@
-//! Mutated valid files through the loader in both modes (issue 6): flipped
+//! Mutated valid files through the loader in both modes: flipped
 //! and overwritten bytes (mostly in the header), interesting integers written
 //! over header fields, truncation, inserted and deleted bytes. Whatever the
 //! mutation, neither mode may panic, and the two must agree: the same error

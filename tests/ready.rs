@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use common::pattern;
 use weightmap::gguf::Writer;
 use weightmap::PrefetchState;
-use weightmap::{evict, file_residency, file_residency_estimate};
+use weightmap::{evict, file_residency};
 use weightmap::{
     AccessAdvice, AdvicePolicy, Error, LoadMode, LoadOptions, Prefetch, PrefetchDecision,
     TensorType, Weights,
@@ -127,39 +127,6 @@ fn evict_leaves_little_of_a_file_resident() {
     let r = file_residency(&path).unwrap();
     assert!(r.fraction() < 0.1, "{r:?}");
     assert!(r.total_pages > 1000);
-}
-
-#[test]
-fn the_residency_estimate_samples_what_the_whole_count_sees() {
-    use std::os::unix::fs::FileExt;
-    let dir = tempfile::tempdir().unwrap();
-    // 4 tensors of 4 MiB: far more pages than the 64 windows of 16 sampled.
-    let path = model(dir.path(), "m.gguf", 4, true);
-    std::fs::read(&path).unwrap();
-    let r = file_residency_estimate(&path).unwrap();
-    assert_eq!(r.total_pages, 64 * 16);
-    assert!(r.fraction() > 0.9, "{r:?}");
-    evict(&path).unwrap();
-    let r = file_residency_estimate(&path).unwrap();
-    assert!(r.fraction() < 0.1, "{r:?}");
-    // The first MiB read, and whatever read-ahead adds: the estimate is
-    // near the whole-file count, which is neither none nor all of it.
-    let f = std::fs::File::open(&path).unwrap();
-    f.read_exact_at(&mut vec![0u8; 1 << 20], 0).unwrap();
-    let whole = file_residency(&path).unwrap().fraction();
-    let est = file_residency_estimate(&path).unwrap().fraction();
-    assert!(whole > 0.05 && whole < 0.95, "{whole}");
-    assert!(
-        (est - whole).abs() < 0.1,
-        "estimate {est}, whole count {whole}"
-    );
-    // A file of fewer pages than the sample is counted whole.
-    let small = dir.path().join("small");
-    std::fs::write(&small, vec![1u8; 100 * page()]).unwrap();
-    assert_eq!(
-        file_residency_estimate(&small).unwrap(),
-        file_residency(&small).unwrap()
-    );
 }
 
 #[test]

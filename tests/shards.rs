@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use weightmap::gguf::{OwnedValue, Writer};
-use weightmap::{Error, LoadMode, LoadOptions, TensorType, Weights, WeightsHeader};
+use weightmap::{Error, LoadMode, LoadOptions, ModelHeaders, TensorType, Weights};
 
 fn shards_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/shards")
@@ -71,7 +71,7 @@ fn split_gguf_loads_from_any_shard_in_either_mode() {
             assert_eq!(w.blocks().len(), 2);
         }
     }
-    let hs = WeightsHeader::read_model(shards_dir().join("split-00003-of-00003.gguf")).unwrap();
+    let hs = ModelHeaders::read(shards_dir().join("split-00003-of-00003.gguf")).unwrap();
     assert_eq!((hs.files.len(), hs.tensor_count()), (3, 6));
 }
 

@@ -1100,7 +1100,7 @@ mod tests {
         assert_eq!(h.format(), Format::Gguf);
         assert_eq!(h.tensors().len(), 40);
         assert_eq!(h.file_alignment(), 32);
-        let md = h.gguf_metadata(&bytes).unwrap();
+        let md = h.gguf_metadata().unwrap();
         assert_eq!(md.get_str("general.architecture").unwrap(), "llama");
         let tokens: Vec<String> = md
             .get_array("tokenizer.ggml.tokens")
@@ -1270,7 +1270,7 @@ mod tests {
         let bytes = gen_bytes(&spec, dir.path(), "g.gguf");
         assert_eq!(plan(&spec).unwrap().file_size, bytes.len() as u64);
         let h = Header::parse(&bytes).unwrap();
-        let md = h.gguf_metadata(&bytes).unwrap();
+        let md = h.gguf_metadata().unwrap();
         assert_eq!(md.architecture().unwrap(), "gemma3");
         assert_eq!(md.block_count().unwrap(), 2);
         let e = md.embedding_length().unwrap();

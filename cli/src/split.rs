@@ -12,8 +12,8 @@ use std::os::unix::fs::FileExt;
 use weightmap::gguf::{OwnedValue, Writer};
 use weightmap::gguf::{Value, ValueType};
 use weightmap::Format;
+use weightmap::Header;
 use weightmap::TensorType;
-use weightmap::WeightsHeader;
 use weightmap::{Error, Result};
 use weightmap::{TensorInfo, TensorTable};
 
@@ -29,21 +29,21 @@ use weightmap::{TensorInfo, TensorTable};
 /// Reading `src`, writing the outputs (each through [`OutFile`]), or a
 /// safetensors dtype the writer does not name.
 pub fn split_model(src: &Path, out: &Path, shards: usize) -> Result<Vec<PathBuf>> {
-    let wh = WeightsHeader::read(src)?;
+    let wh = Header::read(src)?;
     let file = std::fs::File::open(src).map_err(|e| Error::io("open", src, e))?;
-    let tensors = wh.header().tensors();
+    let tensors = wh.tensors();
     let sizes: Vec<u64> = tensors.iter().map(|t| t.nbytes).collect();
     let groups = partition(&sizes, shards.max(1));
     let n = groups.len();
     let dir = out.parent().unwrap_or(Path::new(""));
     let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("model");
     let mut written = Vec::new();
-    match wh.header().format() {
+    match wh.format() {
         Format::Gguf => {
             let prefix = name.strip_suffix(".gguf").unwrap_or(name);
             let md = wh.gguf_metadata();
             for (i, g) in groups.iter().enumerate() {
-                let mut w = Writer::new(wh.header().file_alignment());
+                let mut w = Writer::new(wh.file_alignment());
                 if i == 0 {
                     if let Some(md) = &md {
                         for (k, v) in md.iter() {
@@ -68,11 +68,7 @@ pub fn split_model(src: &Path, out: &Path, shards: usize) -> Result<Vec<PathBuf>
         }
         Format::Safetensors => {
             let prefix = name.strip_suffix(".safetensors").unwrap_or(name);
-            let meta = wh
-                .header()
-                .safetensors_metadata()
-                .cloned()
-                .unwrap_or_default();
+            let meta = wh.safetensors_metadata().cloned().unwrap_or_default();
             let mut weight_map = BTreeMap::new();
             let mut total = 0u64;
             for (i, g) in groups.iter().enumerate() {

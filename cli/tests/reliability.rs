@@ -1,6 +1,6 @@
-//! Issue 15, "never abort, never clobber": the `weightmap` command run in
-//! child processes, some under `RLIMIT_AS`, against hostile destinations,
-//! huge sizes, signals and files that change under it.
+//! Never abort, never clobber: the `weightmap` command run in child
+//! processes, some under `RLIMIT_AS`, against hostile destinations, huge
+//! sizes, signals and files that change under it.
 
 use std::fs;
 use std::os::unix::fs::FileTypeExt;
@@ -222,8 +222,8 @@ fn gen_writes_a_tensor_larger_than_its_address_space() {
             ],
         );
         assert!(out.status.success(), "{format}: {out:?}");
-        let h = weightmap::WeightsHeader::read(d.join(name)).unwrap();
-        let t = &h.header().tensors().get(0).unwrap();
+        let h = weightmap::Header::read(d.join(name)).unwrap();
+        let t = &h.tensors().get(0).unwrap();
         assert!(t.nbytes > LIMIT, "{format}: tensor of {} bytes", t.nbytes);
         fs::remove_file(d.join(name)).unwrap();
     }

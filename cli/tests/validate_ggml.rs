@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::{big_kv_prefix, tt, two_tensors, unpadded, GgufSpec, Tensor};
-use weightmap::gguf::ggml::{GgmlRule, GGUF_MAX_STRING_LENGTH};
+use weightmap::gguf::GgmlRule;
 
 fn testdata(name: &str) -> PathBuf {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
@@ -130,7 +130,7 @@ fn cli_refuses_with_the_rule_and_where() {
 fn cli_refuses_an_oversized_string_in_a_sparse_file() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("big-string.gguf");
-    let (prefix, total) = big_kv_prefix("string", GGUF_MAX_STRING_LENGTH + 1);
+    let (prefix, total) = big_kv_prefix("string", GgmlRule::MAX_STRING_LENGTH + 1);
     let mut f = std::fs::File::create(&p).unwrap();
     f.write_all(&prefix).unwrap();
     f.set_len(total as u64).unwrap();

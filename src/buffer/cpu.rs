@@ -62,15 +62,14 @@ impl CpuBufferType {
     ///
     /// Off by default. Filling a buffer costs the kernel a fault, a zeroing,
     /// a memory-cgroup charge and an LRU insertion per page, and 2 MiB pages
-    /// pay those once per 512 base pages: run after run, the stream path's
-    /// warm load of the 512 MiB bench model took 105–115 ms against 140 ms
-    /// without. But a virtual machine that hands freed memory back to its
-    /// host (free page reporting, as the machine of those figures does in
-    /// 8 MiB blocks) gives out huge pages the host must fault in again:
-    /// interleaved with other loads there, runs were erratic (a median of
-    /// 157 ms on 512 MiB but up to 0.85 s; a median of 1.0 s on 1 GiB
-    /// against 0.27 s without; see ARCHITECTURE.md). Turn it on where freed memory is not reported, or
-    /// where fewer TLB misses in compute matter more.
+    /// pay those once per 512 base pages, which makes a warm stream load
+    /// faster. But a virtual machine that hands freed memory back to its
+    /// host (free page reporting) gives out huge pages from exactly the
+    /// blocks it handed back, which the host must fault in again on first
+    /// touch, so there huge pages make loads slower and erratic. Figures for
+    /// both: BENCHMARKS.md, "Transparent huge pages for owned buffers".
+    /// Turn it on where freed memory is not reported, or where fewer TLB
+    /// misses in compute matter more.
     ///
     /// ```
     /// use weightmap::buffer::{BufferType, CpuBufferType};
@@ -216,11 +215,12 @@ impl Drop for HeapBlock {
 
 impl CpuBuffer {
     /// Buffers of this many bytes or more are anonymous mappings; smaller
-    /// ones come from the global allocator. Measured with
-    /// `cargo bench --bench cpu_buffer` (alloc + fill + drop, 16 buffers
-    /// alive at a time): the allocator is 70× faster at 256 B, 27× at 4 KiB,
-    /// 1.4× at 128 KiB, and even from 256 KiB, where glibc maps blocks
-    /// itself; the mapping frees on drop whatever the allocator would keep.
+    /// ones come from the global allocator. Below this size the allocator
+    /// is cheaper (it makes no system call per buffer); from it up the two
+    /// cost the same, since glibc maps blocks this large itself, and the
+    /// mapping frees on drop whatever the allocator would keep. Chosen from
+    /// `cargo bench --bench cpu_buffer`: BENCHMARKS.md, "Owned CPU buffers:
+    /// heap or anonymous map".
     pub const MAP_THRESHOLD: usize = 256 << 10;
 
     fn new(size: usize, alignment: usize, huge_pages: bool) -> Result<CpuBuffer> {

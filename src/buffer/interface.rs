@@ -165,7 +165,11 @@ pub trait Buffer: Send + Sync + fmt::Debug {
 ///
 /// # Errors
 /// [`Error::OutOfBuffer`] when it does not, including when the end overflows.
-pub fn check_range(offset: usize, len: usize, size: usize) -> Result<std::ops::Range<usize>> {
+pub(crate) fn check_range(
+    offset: usize,
+    len: usize,
+    size: usize,
+) -> Result<std::ops::Range<usize>> {
     match offset.checked_add(len) {
         Some(end) if end <= size => Ok(offset..end),
         _ => Err(Error::OutOfBuffer {

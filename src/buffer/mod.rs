@@ -27,4 +27,4 @@ pub use cpu::{CpuBuffer, CpuBufferType, MappedBuffer};
 #[cfg(feature = "test-util")]
 pub use device::{SimDeviceBuffer, SimDeviceBufferType};
 pub(crate) use interface::address_alignment;
-pub use interface::{check_range, place, Buffer, BufferType, BufferUsage, HostRegion, Placement};
+pub use interface::{place, Buffer, BufferType, BufferUsage, HostRegion, Placement};

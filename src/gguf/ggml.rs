@@ -10,10 +10,10 @@
 //! ggml commit d99724f):
 //!
 //! 1. [`GgmlRule::StringLength`]: every key, string value and string array
-//!    element is at most [`GGUF_MAX_STRING_LENGTH`] bytes
+//!    element is at most [`GgmlRule::MAX_STRING_LENGTH`] bytes
 //!    (`gguf_reader::read(std::string &)`).
 //! 2. [`GgmlRule::ArrayLength`]: every array has at most
-//!    [`GGUF_MAX_ARRAY_ELEMENTS`] elements, whatever their type
+//!    [`GgmlRule::MAX_ARRAY_ELEMENTS`] elements, whatever their type
 //!    (`gguf_reader::read(std::vector<T> &, size_t)`).
 //! 3. [`GgmlRule::TensorName`]: tensor names are unique as C strings, that
 //!    is up to their first NUL byte (ggml copies names into a `char[64]`
@@ -36,7 +36,7 @@
 //! w.tensor("b", weightmap::TensorType::F32, &[8], vec![0u8; 32]);
 //! let bytes = w.to_bytes();
 //! let file = GgufHeader::parse(&bytes)?;
-//! let s = gguf::ggml::check_ggml(&file, &file.metadata_in(&bytes))?;
+//! let s = gguf::check_ggml(&file, &file.metadata_in(&bytes))?;
 //! assert_eq!((s.tensors, s.data_section_len), (2, 64));
 //! # Ok(()) }
 //! ```
@@ -49,13 +49,22 @@ use crate::error::{Error, Result};
 
 /// ggml's cap on a string's length in bytes (`GGUF_MAX_STRING_LENGTH`,
 /// 1 GiB): keys, string values and the elements of string arrays.
-pub const GGUF_MAX_STRING_LENGTH: u64 = 1024 * 1024 * 1024;
+const GGUF_MAX_STRING_LENGTH: u64 = 1024 * 1024 * 1024;
 
 /// ggml's cap on an array's element count (`GGUF_MAX_ARRAY_ELEMENTS`,
 /// 2^30), for arrays of every element type.
-pub const GGUF_MAX_ARRAY_ELEMENTS: u64 = 1024 * 1024 * 1024;
+const GGUF_MAX_ARRAY_ELEMENTS: u64 = 1024 * 1024 * 1024;
 
-pub use crate::error::GgmlRule;
+impl GgmlRule {
+    /// ggml's cap on a string's length in bytes (`GGUF_MAX_STRING_LENGTH`,
+    /// 1 GiB), which [`GgmlRule::StringLength`] applies.
+    pub const MAX_STRING_LENGTH: u64 = GGUF_MAX_STRING_LENGTH;
+    /// ggml's cap on an array's element count (`GGUF_MAX_ARRAY_ELEMENTS`,
+    /// 2^30), which [`GgmlRule::ArrayLength`] applies.
+    pub const MAX_ARRAY_ELEMENTS: u64 = GGUF_MAX_ARRAY_ELEMENTS;
+}
+
+use crate::error::GgmlRule;
 
 /// What [`check_ggml`] checked, for a report line.
 #[derive(Clone, Debug, PartialEq, Eq)]

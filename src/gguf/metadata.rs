@@ -325,7 +325,7 @@ impl<'a> Array<'a> {
     ///
     /// # Errors
     /// [`Error::WrongValueType`] if the elements are not strings.
-    pub fn strings(&self) -> Result<StrIter<'a>> {
+    pub fn strings(&self) -> Result<impl ExactSizeIterator<Item = GgufStr<'a>> + Clone + 'a> {
         if self.elem != ValueType::String {
             return Err(self.wrong("array of string"));
         }
@@ -412,10 +412,12 @@ fn array_name(t: ValueType) -> &'static str {
 
 /// Iterator over the strings of a string array, without allocating.
 #[derive(Clone, Debug)]
-pub struct StrIter<'a> {
+pub(crate) struct StrIter<'a> {
     bytes: &'a [u8],
     left: u64,
 }
+
+impl ExactSizeIterator for StrIter<'_> {}
 
 impl<'a> Iterator for StrIter<'a> {
     type Item = GgufStr<'a>;

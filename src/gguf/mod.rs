@@ -12,14 +12,16 @@
 //! what is rejected. No allocation is sized by a count the file claims: tables
 //! grow one parsed entry at a time, and each entry consumes real bytes.
 
-pub mod ggml;
+mod ggml;
 mod metadata;
 mod parse;
 mod scan;
 mod spec;
 mod write;
 
-pub use metadata::{Array, ArrayElem, GgufStr, MetaInt, Metadata, StrIter, Value, ValueType};
+pub use crate::error::GgmlRule;
+pub use ggml::{check_ggml, GgmlSummary};
+pub use metadata::{Array, ArrayElem, GgufStr, MetaInt, Metadata, Value, ValueType};
 pub(crate) use parse::read_windowed;
 #[doc(hidden)]
 pub use parse::read_windowed_for_fuzzing;

@@ -360,8 +360,9 @@ const WINDOW: usize = 1 << 20;
 /// from the file.
 ///
 /// The checks, and the errors, are those of [`GgufHeader::parse`] on the
-/// whole file. A million descriptors take 58 MiB of header; read this way
-/// they cost only the table, not the table and the bytes it came from.
+/// whole file. A million descriptors take tens of MiB of header; read this
+/// way they cost only the table, not the table and the bytes it came from
+/// (BENCHMARKS.md, "inspect and validate").
 ///
 /// # Errors
 /// As [`GgufHeader::parse`], and what `read` returns.

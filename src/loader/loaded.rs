@@ -16,21 +16,11 @@ use super::prefetch::{PrefetchDecision, Prefetcher};
 use super::read::ReadReport;
 use super::report::{BufferReport, CopiedTensor, LoadReport, PlacementKind};
 
-/// Where the header's bytes are (metadata is read from them lazily).
-#[derive(Debug)]
-pub(crate) enum HeaderBytes {
-    /// In the mapping.
-    Mapped,
-    /// Read into memory.
-    Owned(Vec<u8>),
-}
-
 /// Everything a load made, from either path.
 #[derive(Debug)]
 pub(crate) struct Loaded {
     pub path: PathBuf,
     pub header: Header,
-    pub header_bytes: HeaderBytes,
     pub buffers: Vec<Box<dyn Buffer>>,
     pub buffer_reports: Vec<BufferReport>,
     /// One per tensor, in header order.
@@ -45,14 +35,6 @@ pub(crate) struct Loaded {
 }
 
 impl Loaded {
-    pub(crate) fn header_bytes(&self) -> &[u8] {
-        match (&self.header_bytes, &self.map) {
-            (HeaderBytes::Owned(b), _) => b,
-            (HeaderBytes::Mapped, Some(m)) => m.bytes(),
-            (HeaderBytes::Mapped, None) => &[],
-        }
-    }
-
     /// What the load did; the list of copied tensors moves into it (at a
     /// million misaligned tensors it is not held twice).
     pub(crate) fn report(

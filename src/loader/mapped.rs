@@ -11,7 +11,7 @@ use crate::error::{Error, FallbackReason};
 use crate::format::Header;
 use crate::os::Mapping;
 
-use super::loaded::{HeaderBytes, Loaded};
+use super::loaded::Loaded;
 use super::options::LoadOptions;
 use super::place::{add, copy_group, plan, Group, Placed, ReadCtx};
 use super::read::{DirectOutcome, Progress, ReadReport, ReadSrc};
@@ -145,7 +145,7 @@ unsafe fn map_source(
     let map = Arc::new(map);
     // 4. Validate the header from the mapping: every tensor's type, size,
     //    offset and end. Invalid is an error here; it is parsed only once.
-    let header = Header::parse(map.bytes())?;
+    let header = Header::in_mapping(&map)?;
 
     // 5. Decide every tensor's place before placing any: in the mapping if
     //    its buffer type can view host memory and its address is aligned as
@@ -337,7 +337,6 @@ unsafe fn map_source(
     Ok(Loaded {
         path: path.to_owned(),
         header,
-        header_bytes: HeaderBytes::Mapped,
         buffers,
         buffer_reports,
         slots,

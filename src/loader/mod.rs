@@ -45,7 +45,7 @@ mod stream;
 mod weights;
 
 pub use handle::{Scope, Tensor};
-pub use headers::{ModelHeaders, WeightsHeader};
+pub use headers::ModelHeaders;
 pub use options::{LoadMode, LoadOptions, Route};
 pub use prefetch::{
     AdvicePolicy, Prefetch, PrefetchDecision, PrefetchProgress, PrefetchState, SkipReason,

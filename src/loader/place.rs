@@ -337,8 +337,9 @@ pub(crate) fn copy_group(
     // Buffered reads prefault each piece in its reading thread, one call a
     // piece (`read_buffered`). Direct reads fault their pages in as the
     // device writes them, in every reading thread at once: prefaulting
-    // first only adds a single-threaded zeroing pass (measured: 700–850 ms
-    // against 470–580 ms for 512 MiB from a cold cache, 2 threads).
+    // first only adds a single-threaded zeroing pass, so a direct buffer is
+    // not prefaulted (BENCHMARKS.md, "Stream path from a cold cache: direct
+    // I/O", "No prefault for direct reads").
     let mut buffer = if mirror.is_some() {
         bt.alloc_buffer(total)?
     } else {

@@ -4,9 +4,10 @@
 //! A mapped load reads nothing but the header; every tensor page is read on
 //! its first touch. From a cold page cache, what that first pass costs is
 //! decided by the access advice on the pages: under `MADV_RANDOM` every first
-//! touch is one synchronous 4 KiB read (on a 253 MB model, about 60,000 of
-//! them and 4.5 s), under `MADV_NORMAL` the kernel reads ahead around each
-//! fault (about 0.12 s for the same pass). So weightmap's defaults are:
+//! touch is one synchronous 4 KiB read (one per page of the region), under
+//! `MADV_NORMAL` the kernel reads ahead around each fault, and the same pass
+//! takes a small fraction of the time (BENCHMARKS.md, "Ready time: access
+//! advice on the first pass"). So weightmap's defaults are:
 //!
 //! - [`AdvicePolicy::PerTensor`]: `MADV_NORMAL` over the tensor region, and
 //!   `MADV_RANDOM` only on the whole pages of tables read by row (an untied

@@ -23,7 +23,7 @@ pub(crate) const PROGRESS_STEP: u64 = 16 << 20;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum DirectIo {
     /// Direct when the file is mostly not in the page cache (less than half
-    /// resident, by [`crate::os::file_residency_estimate`]), buffered when
+    /// resident, by a sampled `mincore`), buffered when
     /// it mostly is: from a warm cache a copy out of the cache beats a read
     /// from storage, and from a cold one a direct read skips the page-cache
     /// copy of every byte (the default).
@@ -171,9 +171,8 @@ impl ReadSrc<'_> {
 
 /// Bytes one buffered read asks for, at most. Each thread prefaults a
 /// piece and then copies into it, so a piece that fits in L2 is still
-/// cached when the copy writes it: on the 512 MiB bench model (warm, 2
-/// cores, 2 MiB of L2 a core) 512 KiB pieces loaded in a median 0.475× the
-/// `read()` baseline over six runs, 2 MiB in 0.49× and 8 MiB in 0.505×.
+/// cached when the copy writes it. 512 KiB: the fastest of 512 KiB, 2 MiB
+/// and 8 MiB pieces; BENCHMARKS.md, "Stream path from a warm cache".
 const BUFFERED_PIECE: usize = 512 << 10;
 
 /// Bytes one direct read asks for, at most: large requests keep the
@@ -181,10 +180,11 @@ const BUFFERED_PIECE: usize = 512 << 10;
 const DIRECT_PIECE: usize = 8 << 20;
 
 /// Bytes of consecutive pieces one reading thread takes from the queue at
-/// a time: small enough that the thread the host slows takes fewer of them
-/// (a static half each left one thread 6 to 20 ms behind the other on the
-/// 512 MiB bench model), large enough that two threads seldom fill pages
-/// under one page table page (2 MiB), whose lock they would share.
+/// a time: small enough that a thread the host slows takes fewer of them,
+/// so the threads end together (a static share each does not), large
+/// enough that two threads seldom fill pages under one page table page
+/// (2 MiB), whose lock they would share. 4 MiB chunks against static
+/// halves: BENCHMARKS.md, "Stream path from a warm cache".
 const CHUNK: usize = 4 << 20;
 
 /// Read `pieces` (each a destination and the file offset of its first
@@ -225,9 +225,9 @@ pub(crate) fn read_buffered(
     let run = |chunk: Vec<(&mut [u8], u64)>| -> io::Result<bool> {
         for (dst, off) in chunk {
             // Each thread maps its own pages, one call a piece, so the kernel
-            // zeroes fresh pages on every thread at once (prefaulting the
-            // whole buffer in one call first zeroed it on one thread: 0.75×
-            // the read() baseline, warm, against 0.50× this way).
+            // zeroes fresh pages on every thread at once; prefaulting the
+            // whole buffer in one call first would zero it on one thread
+            // (BENCHMARKS.md, "Stream path from a warm cache").
             crate::os::prefault_for_write(dst);
             src.read_at(dst, off)?;
             if !progress.add(dst.len() as u64) {
@@ -375,9 +375,9 @@ pub(crate) fn read_direct(
 
 /// The default number of threads for direct reads, whatever the core
 /// count: they wait on the device, and more requests in flight keep it
-/// busier. On the bench machine (2 cores, virtio disk), 8 cold loads of the
-/// 512 MiB model alternating 2 and 4 threads took a median 509 and 447 ms
-/// (median pair ratio 0.86).
+/// busier. 4 rather than 2: faster cold loads even on 2 cores, where 8
+/// gain nothing over 4; BENCHMARKS.md, "Stream path from a cold cache:
+/// direct I/O", "Threads".
 pub(crate) const DIRECT_THREADS: usize = 4;
 
 /// The default number of reading threads: the available parallelism,

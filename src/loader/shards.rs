@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
-use super::headers::{ModelHeaders, WeightsHeader};
+use crate::format::Header;
+
+use super::headers::ModelHeaders;
 
 /// The files of a model.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -171,7 +173,7 @@ fn index_files(index: &Path) -> Result<Files> {
 /// One shard's header, read and validated.
 pub(crate) struct ShardHeader {
     pub path: PathBuf,
-    pub header: WeightsHeader,
+    pub header: Header,
 }
 
 /// Read and validate every shard's header, and the shards against each
@@ -187,13 +189,13 @@ pub(crate) fn check(files: &Files) -> Result<(Vec<ShardHeader>, Vec<String>)> {
         }
         shards.push(ShardHeader {
             path: p.clone(),
-            header: WeightsHeader::read(p)?,
+            header: Header::read(p)?,
         });
     }
     // No tensor in two shards.
     let mut seen: HashMap<&str, &Path> = HashMap::new();
     for s in &shards {
-        for t in s.header.header().tensors() {
+        for t in s.header.tensors() {
             if let Some(first) = seen.insert(t.name, &s.path) {
                 return Err(Error::DuplicateShardTensor {
                     tensor: t.name.to_owned(),
@@ -270,10 +272,7 @@ fn check_split(shards: &[ShardHeader]) -> Result<()> {
             });
         }
     }
-    let found: u64 = shards
-        .iter()
-        .map(|s| s.header.header().tensors().len() as u64)
-        .sum();
+    let found: u64 = shards.iter().map(|s| s.header.tensors().len() as u64).sum();
     if let Some(claim) = total_claim {
         if claim != found {
             return Err(Error::SplitTensorsCount {
@@ -296,7 +295,7 @@ fn check_index(index: &Path, shards: &[ShardHeader], warnings: &mut Vec<String>)
         let s = by_file.get(file).ok_or_else(|| Error::MissingShard {
             path: index.with_file_name(file),
         })?;
-        if s.header.header().tensor_index(tensor).is_none() {
+        if s.header.tensor_index(tensor).is_none() {
             return Err(Error::TensorNotInShard {
                 tensor: tensor.clone(),
                 path: s.path.clone(),
@@ -305,7 +304,7 @@ fn check_index(index: &Path, shards: &[ShardHeader], warnings: &mut Vec<String>)
     }
     let mut total = 0u64;
     for s in shards {
-        for t in s.header.header().tensors() {
+        for t in s.header.tensors() {
             total += t.nbytes;
             let listed = ix.weight_map.get(t.name);
             let here = s.path.file_name().and_then(|n| n.to_str());
@@ -375,14 +374,14 @@ mod tests {
     }
 }
 
-impl WeightsHeader {
+impl ModelHeaders {
     /// The files of the model `path` names (one file, any shard of a
     /// split GGUF, a safetensors index or a directory holding one), in
     /// shard order, found by name and index alone: no header is read.
     ///
     /// # Errors
     /// [`Error::ShardIndex`] and the I/O errors of finding the files, as
-    /// [`WeightsHeader::read_model`].
+    /// [`ModelHeaders::read`].
     pub fn model_files(path: impl AsRef<Path>) -> Result<Vec<PathBuf>> {
         Ok(resolve(path.as_ref())?.paths())
     }
@@ -390,14 +389,14 @@ impl WeightsHeader {
     /// Read and validate the headers of every file of the model `path`
     /// names (one file, any shard of a split GGUF, a safetensors index or a
     /// directory holding one), and the files against each other: every
-    /// check [`Weights::load`] makes before placing anything.
+    /// check [`crate::Weights::load`] makes before placing anything.
     ///
     /// # Errors
-    /// As [`Weights::load`], less the tensor reads.
-    pub fn read_model(path: impl AsRef<Path>) -> Result<ModelHeaders> {
+    /// As [`crate::Weights::load`], less the tensor reads.
+    pub fn read(path: impl AsRef<Path>) -> Result<ModelHeaders> {
         let files = resolve(path.as_ref())?;
         if let Files::Single(p) = &files {
-            let h = WeightsHeader::read(p)?;
+            let h = Header::read(p)?;
             if let Some(md) = h.gguf_metadata() {
                 single_is_split(p, md.get_opt_int::<u64>("split.count").ok().flatten())?;
             }

@@ -5,25 +5,7 @@ use std::fs::{File, Metadata};
 use std::path::Path;
 
 use crate::error::{Error, Result};
-
-/// Open `path` for loading: `stat` it first (opening a FIFO would block until
-/// a writer appears) and refuse anything but a regular file, open it, and
-/// refuse an empty one. Every path into a file goes through here, so the
-/// errors are the same whichever path runs: [`Error::Io`] (with the OS's
-/// `io::ErrorKind`: `NotFound`, `PermissionDenied`, ...), [`Error::NotAFile`],
-/// [`Error::EmptyFile`]. Returns the file and its metadata as opened.
-pub(crate) fn open_checked(path: &Path) -> Result<(File, Metadata)> {
-    let meta = std::fs::metadata(path).map_err(|e| Error::io("stat", path, e))?;
-    if !meta.is_file() {
-        return Err(Error::NotAFile { path: path.into() });
-    }
-    let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
-    let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
-    if meta.len() == 0 {
-        return Err(Error::EmptyFile { path: path.into() });
-    }
-    Ok((file, meta))
-}
+pub(crate) use crate::os::open_checked;
 
 /// Where a model's bytes are.
 pub(crate) enum Source<'a> {

@@ -7,7 +7,7 @@ use super::prefetch::PrefetchDecision;
 use crate::error::Result;
 use crate::format::{read_header, read_header_at};
 
-use super::loaded::{HeaderBytes, Loaded};
+use super::loaded::Loaded;
 use super::options::LoadOptions;
 use super::place::{add, copy_group, plan, Group, Placed, ReadCtx};
 use super::read::{DirectIo, DirectOutcome, Progress, ReadReport, ReadSrc};
@@ -48,7 +48,7 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
     let mut wanted = Err(DirectOutcome::NotApplicable {
         reason: "not a file opened by path".into(),
     });
-    let (file, header, header_bytes, base) = match src {
+    let (file, header, base) = match src {
         Source::Path(p) => {
             let (file, meta) = open_checked(p)?;
             wanted = direct_wanted(&file, opts);
@@ -56,16 +56,16 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
                 // Only the header's own pages go through the page cache.
                 crate::os::advise_no_readahead(&file);
             }
-            let (header, bytes) = read_header(&file, meta.len(), p)?;
-            (Some(file), header, bytes, 0)
+            let header = read_header(&file, meta.len(), p)?;
+            (Some(file), header, 0)
         }
         Source::Range { file, offset, len } => {
             check_range(file, *offset, *len, path)?;
-            let (header, bytes) = read_header_at(file, *offset, *len, path)?;
+            let header = read_header_at(file, *offset, *len, path)?;
             let f = file
                 .try_clone()
                 .map_err(|e| crate::error::Error::io("dup", path, e))?;
-            (Some(f), header, bytes, *offset)
+            (Some(f), header, *offset)
         }
         Source::Memory(m) => {
             let bytes = (**m).as_ref();
@@ -74,12 +74,7 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
                     path: label.clone(),
                 });
             }
-            let header = crate::format::Header::parse(bytes)?;
-            let end = match &header {
-                crate::format::Header::Gguf(g) => g.header_len(),
-                crate::format::Header::Safetensors(s) => s.data_offset(),
-            } as usize;
-            (None, header, bytes[..end.min(bytes.len())].to_vec(), 0)
+            (None, crate::format::Header::parse(bytes)?, 0)
         }
     };
     let infos = header.tensors();
@@ -147,7 +142,6 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
     Ok(Loaded {
         path: label.clone(),
         header,
-        header_bytes: HeaderBytes::Owned(header_bytes),
         buffers,
         buffer_reports,
         slots,

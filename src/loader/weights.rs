@@ -236,11 +236,7 @@ impl Weights {
         if let shards::Files::Single(p) = &files {
             // SAFETY: forwarded to the caller.
             let (mut part, fallback) = unsafe { load_one(p, options)? };
-            if let Some(md) = part
-                .loaded()
-                .header
-                .gguf_metadata(part.loaded().header_bytes())
-            {
+            if let Some(md) = part.loaded().header.gguf_metadata() {
                 shards::single_is_split(p, md.get_opt_int::<u64>("split.count").ok().flatten())?;
             }
             let report = part.loaded_mut().report(options.mode, fallback, t0);
@@ -252,10 +248,9 @@ impl Weights {
             .iter()
             .map(|h| {
                 h.header
-                    .header()
                     .tensor_region()
                     .1
-                    .saturating_sub(h.header.header().tensor_region().0)
+                    .saturating_sub(h.header.tensor_region().0)
             })
             .sum();
         let mut parts = Vec::with_capacity(headers.len());
@@ -265,7 +260,7 @@ impl Weights {
             // that together they hold to it.
             let mut opts = options.clone();
             if let super::prefetch::Prefetch::Background { max_percent } = opts.prefetch {
-                let (s, e) = h.header.header().tensor_region();
+                let (s, e) = h.header.tensor_region();
                 let share = if total == 0 {
                     1.0
                 } else {
@@ -539,7 +534,7 @@ impl Weights {
     /// GGUF metadata (`None` for safetensors): the first file's.
     pub fn gguf_metadata(&self) -> Option<Metadata<'_>> {
         let l = self.loaded();
-        l.header.gguf_metadata(l.header_bytes())
+        l.header.gguf_metadata()
     }
 
     /// The safetensors `__metadata__` map (`None` for GGUF): the first file's.

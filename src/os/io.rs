@@ -1,9 +1,11 @@
 //! File and memory I/O the loader needs beyond `std`: positioned reads,
 //! direct (uncached) reads, and prefaulting memory about to be written.
 
-use std::fs::File;
+use std::fs::{File, Metadata};
 use std::io;
 use std::path::Path;
+
+use crate::error::{Error, Result};
 
 /// Read `buf.len()` bytes at `offset`.
 pub(crate) fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
@@ -24,8 +26,8 @@ pub(crate) fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Resu
 /// [`prefault_for_write`] for the next `n` bytes of `v`'s spare capacity
 /// (at most all of it), before they are filled: a header read into a
 /// fresh vector otherwise takes a page fault every 4 KiB as it is zeroed,
-/// and on the bench machine those faults were 40% of the time `validate`
-/// took on the 512 MiB model's 6 MiB header.
+/// a large share of the time spent reading a header of megabytes
+/// (BENCHMARKS.md, "Header parsing").
 pub(crate) fn prefault_spare(v: &mut Vec<u8>, n: usize) {
     let spare = v.spare_capacity_mut();
     let n = n.min(spare.len());
@@ -88,4 +90,23 @@ pub(crate) fn open_direct(path: &Path) -> io::Result<File> {
 /// open or from the first read), after which buffered reads serve instead.
 pub(crate) fn refuses_direct_io(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::EINVAL)
+}
+
+/// Open `path` for loading: `stat` it first (opening a FIFO would block until
+/// a writer appears) and refuse anything but a regular file, open it, and
+/// refuse an empty one. Every path into a file goes through here, so the
+/// errors are the same whichever path runs: [`Error::Io`] (with the OS's
+/// `io::ErrorKind`: `NotFound`, `PermissionDenied`, ...), [`Error::NotAFile`],
+/// [`Error::EmptyFile`]. Returns the file and its metadata as opened.
+pub(crate) fn open_checked(path: &Path) -> Result<(File, Metadata)> {
+    let meta = std::fs::metadata(path).map_err(|e| Error::io("stat", path, e))?;
+    if !meta.is_file() {
+        return Err(Error::NotAFile { path: path.into() });
+    }
+    let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+    let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
+    if meta.len() == 0 {
+        return Err(Error::EmptyFile { path: path.into() });
+    }
+    Ok((file, meta))
 }

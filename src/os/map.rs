@@ -535,27 +535,22 @@ fn map_for_mincore(file: &File) -> io::Result<Option<Mmap>> {
     Ok(Some(unsafe { MmapOptions::new().map(file)? }))
 }
 
-/// Windows [`file_residency_estimate`] samples.
+/// Windows [`residency_estimate_of`] samples.
 const SAMPLE_WINDOWS: usize = 64;
 /// Pages in each of them.
 const SAMPLE_PAGES: usize = 16;
 
-/// An estimate of how much of the file at `path` is in the page cache:
+/// An estimate of how much of the open `file` is in the page cache:
 /// `mincore` over 64 windows of 16 pages spread evenly from its start to
 /// its end (the whole file when it is no larger than that). The returned
 /// counts are of the sampled pages.
 ///
-/// A whole-file `mincore` costs about 0.1 µs a page: 8–13 ms for a 512 MiB
-/// file, 8% of a warm stream load. This takes about 0.2 ms with the open
-/// and the map, and answers "is most of it cached?" as well.
+/// A whole-file `mincore` walks every page, a measurable part of a warm
+/// stream load on a large file (BENCHMARKS.md, "Stream path"); the sample
+/// costs a fixed 1,024 pages and answers "is most of it cached?" as well.
 ///
 /// # Errors
-/// Opening or mapping the file, or `mincore`.
-pub fn file_residency_estimate(path: &Path) -> io::Result<Residency> {
-    residency_estimate_of(&File::open(path)?)
-}
-
-/// [`file_residency_estimate`] of a file already open.
+/// Mapping the file, or `mincore`.
 pub(crate) fn residency_estimate_of(file: &File) -> io::Result<Residency> {
     let Some(map) = map_for_mincore(file)? else {
         return Ok(Residency::default());
@@ -578,4 +573,45 @@ pub(crate) fn residency_estimate_of(file: &File) -> io::Result<Residency> {
         sum.total_pages += r.total_pages;
     }
     Ok(sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileExt;
+
+    #[test]
+    fn the_residency_estimate_samples_what_the_whole_count_sees() {
+        let dir = tempfile::tempdir().unwrap();
+        // 16 MiB: far more pages than the 64 windows of 16 sampled.
+        let path = dir.path().join("big");
+        std::fs::write(&path, vec![7u8; 16 << 20]).unwrap();
+        std::fs::read(&path).unwrap();
+        let r = residency_estimate_of(&File::open(&path).unwrap()).unwrap();
+        assert_eq!(r.total_pages, 64 * 16);
+        assert!(r.fraction() > 0.9, "{r:?}");
+        evict(&path).unwrap();
+        let r = residency_estimate_of(&File::open(&path).unwrap()).unwrap();
+        assert!(r.fraction() < 0.1, "{r:?}");
+        // The first MiB read, and whatever read-ahead adds: the estimate is
+        // near the whole-file count, which is neither none nor all of it.
+        let f = File::open(&path).unwrap();
+        f.read_exact_at(&mut vec![0u8; 1 << 20], 0).unwrap();
+        let whole = file_residency(&path).unwrap().fraction();
+        let est = residency_estimate_of(&File::open(&path).unwrap())
+            .unwrap()
+            .fraction();
+        assert!(whole > 0.05 && whole < 0.95, "{whole}");
+        assert!(
+            (est - whole).abs() < 0.1,
+            "estimate {est}, whole count {whole}"
+        );
+        // A file of fewer pages than the sample is counted whole.
+        let small = dir.path().join("small");
+        std::fs::write(&small, vec![1u8; 100 * page_size()]).unwrap();
+        assert_eq!(
+            residency_estimate_of(&File::open(&small).unwrap()).unwrap(),
+            file_residency(&small).unwrap()
+        );
+    }
 }

@@ -12,4 +12,4 @@ pub(crate) use map::*;
 pub(crate) use mem::*;
 
 // The page-cache helpers a caller may use directly.
-pub use map::{evict, file_residency, file_residency_estimate, AccessAdvice, Residency};
+pub use map::{evict, file_residency, AccessAdvice, Residency};

@@ -63,8 +63,8 @@ pub(super) struct Parsed {
 /// its table is the answer. Only when it gives up does the lenient pass
 /// (below) read the whole text again to find which error to report, so a
 /// valid header is read once and an invalid one at most twice. Its values
-/// are read by type, not through `deserialize_any`: a million-entry load
-/// took 378 ms with it, 525 ms with the lenient pass alone.
+/// are read by type, not through `deserialize_any`, which is markedly
+/// slower on a header of many entries (BENCHMARKS.md, "Many tensors").
 ///
 /// # Errors
 /// [`Error::SafetensorsHeader`] for invalid JSON or a malformed entry,

@@ -25,7 +25,8 @@
 //!
 //! The crate's `Metadata` is not built: it would hold a second copy of the
 //! table (a `Vec` of its `TensorInfo` and a name → index `HashMap`), the
-//! larger part of the cost of a header with a million tensors.
+//! larger part of the cost of a header with a million tensors
+//! (BENCHMARKS.md, "Many tensors").
 
 mod header;
 mod json;

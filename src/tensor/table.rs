@@ -520,9 +520,10 @@ impl TableBuilder {
 /// half) and its index in the table plus one (low half); 0 is an empty slot.
 /// At most half full, so 8 to 16 bytes a name: a `HashMap<String, _>` (or
 /// of 64-bit hashes to indices) costs 2 to 4 times that, and sorting the
-/// names instead took a quarter of a million-tensor load. Names are compared
-/// only when their hashes agree. The hash is keyed at random, so a file
-/// cannot aim for collisions.
+/// names instead would take a large share of a load of many tensors
+/// (BENCHMARKS.md, "Many tensors"). Names are compared only when their
+/// hashes agree. The hash is keyed at random, so a file cannot aim for
+/// collisions.
 #[derive(Clone, Debug, Default)]
 struct NameIndex {
     slots: Vec<u64>,
@@ -563,8 +564,8 @@ impl NameIndex {
     }
 
     /// Start fetching the slot of `hash`: a table of a million names is far
-    /// larger than the cache (a 1M-tensor safetensors load took 1.0 s of
-    /// CPU without this, 0.85 s with it).
+    /// larger than the cache, so a lookup would otherwise wait on memory
+    /// (BENCHMARKS.md, "Many tensors").
     fn prefetch(&self, hash: u32) {
         let Some(slot) = self
             .slots

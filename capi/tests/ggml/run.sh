@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The ggml proof (issue 14): build upstream ggml from the llama.cpp sources
+# The ggml proof: build upstream ggml from the llama.cpp sources
 # vendored in the PyPI sdist of llama-cpp-python (pinned below, checked by
 # sha256), and run proof.c: ggml computes mul_mat and get_rows on tensors
 # placed by weightmap's C ABI (mmap, stream and hybrid loads) and on tensors

@@ -34,7 +34,7 @@ pub struct Args {
 
 pub fn run(a: &Args) -> CliResult {
     // Which files, before the clock starts (as `load` resolves them too).
-    let files = weightmap::WeightsHeader::model_files(&a.file)?;
+    let files = weightmap::ModelHeaders::model_files(&a.file)?;
     let resident_before = if a.evict {
         let mut sum = 0.0;
         for f in &files {

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
-use weightmap::{Format, WeightsHeader};
+use weightmap::{Format, ModelHeaders};
 
 use super::cache;
 use super::{emit, human_bytes, json_text, round3, table, CliError, CliResult, FormatArg};
@@ -259,9 +259,9 @@ pub fn run(a: &Args) -> CliResult {
         ),
     };
     // Fail early, with the loader's own message, on a file that cannot load.
-    let model = WeightsHeader::read_model(&file)?;
+    let model = ModelHeaders::read(&file)?;
     let (format, file_len, n_tensors) = (
-        model.first().header().format(),
+        model.first().format(),
         model.file_len(),
         model.tensor_count(),
     );

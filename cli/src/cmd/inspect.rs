@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value as Json};
 use weightmap::gguf::Value;
-use weightmap::{Header, WeightsHeader};
+use weightmap::{Header, ModelHeaders};
 
 use std::io::Write;
 
@@ -32,7 +32,7 @@ const PREVIEW: usize = 6;
 const MAX_TEXT: usize = 80;
 
 pub fn run(a: &Args) -> CliResult {
-    let model = WeightsHeader::read_model(&a.file)?;
+    let model = ModelHeaders::read(&a.file)?;
     if model.files.len() == 1 {
         let wh = model.first();
         if a.json {
@@ -124,13 +124,13 @@ fn write_json(doc: &impl Serialize) -> CliResult {
 
 /// `inspect --json`'s document.
 struct Doc<'a> {
-    wh: &'a WeightsHeader,
+    wh: &'a Header,
     full: bool,
 }
 
 impl Serialize for Doc<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let h = self.wh.header();
+        let h = self.wh;
         let mut m = s.serialize_map(Some(7))?;
         m.serialize_entry("format", h.format().name())?;
         m.serialize_entry("version", &version(h))?;
@@ -144,14 +144,11 @@ impl Serialize for Doc<'_> {
 }
 
 /// The metadata map, in file order.
-struct MetaSer<'a>(&'a WeightsHeader, bool);
+struct MetaSer<'a>(&'a Header, bool);
 
 impl Serialize for MetaSer<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match (
-            self.0.gguf_metadata(),
-            self.0.header().safetensors_metadata(),
-        ) {
+        match (self.0.gguf_metadata(), self.0.safetensors_metadata()) {
             (Some(md), _) => {
                 let mut m = s.serialize_map(Some(md.len()))?;
                 for (k, v) in md.iter() {
@@ -231,10 +228,7 @@ impl Serialize for TensorSer<'_> {
 }
 
 fn version(h: &Header) -> Option<u32> {
-    match h {
-        Header::Gguf(g) => Some(g.version()),
-        _ => None,
-    }
+    h.gguf().map(|g| g.version())
 }
 
 fn float(v: f64) -> Json {
@@ -315,8 +309,8 @@ fn value_text(v: &Value<'_>, full: bool) -> (String, String) {
     }
 }
 
-fn to_text(wh: &WeightsHeader, a: &Args, out: &mut dyn Write) -> std::io::Result<()> {
-    let h = wh.header();
+fn to_text(wh: &Header, a: &Args, out: &mut dyn Write) -> std::io::Result<()> {
+    let h = wh;
     let version = version(h).map_or_else(String::new, |v| format!(" (version {v})"));
     out.write_all(
         table(

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use weightmap::gguf::ggml::{self, GgmlRule};
-use weightmap::{quant, Header, LoadOptions, TensorRef, Weights, WeightsHeader};
+use weightmap::gguf::{self, GgmlRule};
+use weightmap::{quant, Header, LoadOptions, ModelHeaders, TensorRef, Weights};
 
 use super::{emit, escape, CliError, CliResult};
 
@@ -33,8 +33,8 @@ pub struct Args {
 pub fn run(a: &Args) -> CliResult {
     // Every check the loader makes short of mapping and placing tensors,
     // over every file of the model (shards checked against each other).
-    let model = WeightsHeader::read_model(&a.file)?;
-    let first = model.first().header();
+    let model = ModelHeaders::read(&a.file)?;
+    let first = model.first();
     let mut out = if model.files.len() == 1 {
         format!(
             "ok: {}, {} tensors, {} bytes\n",
@@ -54,7 +54,7 @@ pub fn run(a: &Args) -> CliResult {
             o.push_str(&format!(
                 "  {}: {} tensors\n",
                 escape(&p.display().to_string()),
-                h.header().tensors().len()
+                h.tensors().len()
             ));
         }
         o
@@ -90,15 +90,15 @@ pub fn run(a: &Args) -> CliResult {
 }
 
 /// The ggml rules; the report line.
-fn check_ggml(file: &std::path::Path, wh: &WeightsHeader) -> CliResult<String> {
-    let (Header::Gguf(h), Some(md)) = (wh.header(), wh.gguf_metadata()) else {
+fn check_ggml(file: &std::path::Path, wh: &Header) -> CliResult<String> {
+    let (Some(h), Some(md)) = (wh.gguf(), wh.gguf_metadata()) else {
         return Err(CliError::msg(format!(
             "{}: --ggml applies to GGUF files only; this file is {} (llama.cpp loads GGUF only)",
             file.display(),
-            wh.header().format().name()
+            wh.format().name()
         )));
     };
-    let s = ggml::check_ggml(h, &md)?;
+    let s = gguf::check_ggml(h, &md)?;
     let rules: Vec<&str> = GgmlRule::ALL.iter().map(|r| r.description()).collect();
     Ok(format!(
         "llama.cpp would load this file (ggml's rules: {}; {} keys, {} strings, {} arrays, \
