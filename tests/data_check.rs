@@ -7,7 +7,7 @@
 //! exactly when its dequantized values are all finite.
 
 use weightmap::gguf::Writer;
-use weightmap::quant::{check_data, check_tensors, check_tensors_on, dequantize_to_vec};
+use weightmap::quant::{check_data, check_tensors, dequantize_to_vec};
 use weightmap::{Error, LoadOptions, TensorType, Weights};
 
 /// A small deterministic generator (xorshift64*).
@@ -225,7 +225,7 @@ fn quantized_errors_name_the_block_and_field() {
 fn ragged_bytes_are_an_error() {
     let e = check_data("q", TensorType::Q8_0, &[0; 35]).unwrap_err();
     assert_eq!(e.name(), "ragged_blocks");
-    let e = check_tensors([("q", TensorType::Q8_0, &[0u8; 33][..])]).unwrap_err();
+    let e = check_tensors([("q", TensorType::Q8_0, &[0u8; 33][..])], 0).unwrap_err();
     assert_eq!(e.name(), "ragged_blocks");
 }
 
@@ -250,13 +250,13 @@ fn clean_tensors_pass_and_are_counted() {
     let t = big_tensors();
     let total: u64 = t.iter().map(|x| x.2.len() as u64).sum();
     for threads in [1, 2, 3, 8] {
-        let s = check_tensors_on(as_refs(&t), threads).unwrap();
+        let s = check_tensors(as_refs(&t), threads).unwrap();
         assert_eq!((s.tensors, s.bytes), (3, total));
         assert!(s.threads >= 1 && s.threads <= threads);
     }
-    let s = check_tensors(as_refs(&t)).unwrap();
+    let s = check_tensors(as_refs(&t), 0).unwrap();
     assert_eq!(s.tensors, 3);
-    assert_eq!(check_tensors(Vec::new()).unwrap().tensors, 0);
+    assert_eq!(check_tensors(Vec::new(), 0).unwrap().tensors, 0);
 }
 
 #[test]
@@ -270,7 +270,7 @@ fn the_first_bad_value_in_order_is_reported_whatever_the_thread_count() {
     }
     for threads in [1, 2, 3, 8] {
         let (tensor, _, _, index, _, _) =
-            non_finite(check_tensors_on(as_refs(&t), threads).unwrap_err());
+            non_finite(check_tensors(as_refs(&t), threads).unwrap_err());
         assert_eq!(
             (tensor.as_str(), index),
             ("c", (1 << 20) + 5),
@@ -281,7 +281,7 @@ fn the_first_bad_value_in_order_is_reported_whatever_the_thread_count() {
     b[34 * 999 + 1] = 0x7C;
     for threads in [1, 2, 3, 8] {
         let (tensor, ty, unit, index, field, _) =
-            non_finite(check_tensors_on(as_refs(&t), threads).unwrap_err());
+            non_finite(check_tensors(as_refs(&t), threads).unwrap_err());
         assert_eq!(
             (tensor.as_str(), ty, unit, index, field),
             ("b", TensorType::Q8_0, "block", 999, "d"),
@@ -307,7 +307,7 @@ fn check_weights(weights: &Weights) -> weightmap::Result<weightmap::quant::Check
             (i.name.to_owned(), i.ty, t.to_vec().unwrap())
         })
         .collect();
-    check_tensors(as_refs(&owned))
+    check_tensors(as_refs(&owned), 0)
 }
 
 fn model(f32_data: Vec<u8>, q8_data: Vec<u8>) -> Writer {

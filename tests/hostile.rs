@@ -28,7 +28,7 @@ fn load_mapped(path: &Path) -> weightmap::Result<Weights> {
 }
 
 fn load_mapped_no_fallback(path: &Path) -> weightmap::Result<Weights> {
-    let opts = LoadOptions::new().fallback(false);
+    let opts = LoadOptions::default().fallback(false);
     // SAFETY: as in `load_mapped`.
     unsafe { Weights::load(path, &opts) }
 }
@@ -996,7 +996,7 @@ fn tensor_bytes_rewritten_under_the_mapping_show_through() {
     let before = load_streamed(&path).unwrap();
     assert_eq!(before.tensor("w").unwrap().to_vec().unwrap(), original);
 
-    let opts = LoadOptions::new().fallback(false);
+    let opts = LoadOptions::default().fallback(false);
     // SAFETY: the file is changed once, below, while no view of it is held,
     // and not afterwards.
     let w = unsafe { Weights::load(&path, &opts) }.unwrap();
@@ -1023,7 +1023,7 @@ fn tensor_bytes_rewritten_under_the_mapping_show_through() {
 fn header_rewritten_under_the_mapping_does_not_panic() {
     let dir = tempfile::tempdir().unwrap();
     let (path, original) = rewrite_fixture(dir.path());
-    let opts = LoadOptions::new().fallback(false);
+    let opts = LoadOptions::default().fallback(false);
     // SAFETY: the file is changed once, below, while no view of it is held,
     // and not afterwards.
     let w = unsafe { Weights::load(&path, &opts) }.unwrap();

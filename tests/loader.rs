@@ -188,7 +188,7 @@ fn weak_alignment_copies_only_the_misaligned_tensors() {
     }
     // All or nothing: the first misaligned tensor sends everything to the
     // stream path, and says which.
-    let all = load(&path, &LoadOptions::new().require_all_mapped(true)).unwrap();
+    let all = load(&path, &LoadOptions::default().require_all_mapped(true)).unwrap();
     assert_eq!(all.report().mode_used, LoadMode::Stream);
     match &all.report().fallback {
         Some(FallbackReason::Misaligned {
@@ -205,7 +205,8 @@ fn weak_alignment_copies_only_the_misaligned_tensors() {
     }
     assert_eq!(all_bytes(&all), all_bytes(&s));
     // With an 8-byte buffer type the same file maps whole.
-    let opts = LoadOptions::new().buffer_type(Arc::new(CpuBufferType::with_alignment(8).unwrap()));
+    let opts =
+        LoadOptions::default().buffer_type(Arc::new(CpuBufferType::with_alignment(8).unwrap()));
     let m8 = load(&path, &opts).unwrap();
     assert_eq!(m8.report().mode_used, LoadMode::Mmap);
     assert_eq!(m8.report().tensors_copied, 0);
@@ -228,7 +229,9 @@ fn every_type_at_alignment_8_is_identical_with_hybrid_placement() {
 }
 #[test]
 fn fallback_off_returns_the_reason() {
-    let opts = LoadOptions::new().fallback(false).require_all_mapped(true);
+    let opts = LoadOptions::default()
+        .fallback(false)
+        .require_all_mapped(true);
     match load(&testdata("align8.gguf"), &opts) {
         Err(Error::MmapFailed {
             reason: FallbackReason::Misaligned { tensor, .. },
@@ -240,7 +243,7 @@ fn fallback_off_returns_the_reason() {
 fn non_host_buffer_type_streams_through_set() {
     let path = testdata("tiny-llama.gguf");
     let dev = SimDeviceBufferType::new(256, 1 << 20).unwrap();
-    let opts = LoadOptions::new()
+    let opts = LoadOptions::default()
         .buffer_type(Arc::new(dev))
         .staging_bytes(64);
     let w = load(&path, &opts).unwrap();
@@ -264,7 +267,7 @@ fn non_host_buffer_type_streams_through_set() {
 #[test]
 fn device_buffer_too_small_is_an_error() {
     let dev = SimDeviceBufferType::new(32, 100).unwrap();
-    let opts = LoadOptions::new().buffer_type(Arc::new(dev));
+    let opts = LoadOptions::default().buffer_type(Arc::new(dev));
     // The device cannot view the mapping (a fallback), then the stream
     // path finds its buffer too small: the error names both.
     match load(&testdata("tiny-llama.gguf"), &opts) {
@@ -292,7 +295,7 @@ fn missing_file_is_an_io_error_with_its_kind_in_either_mode() {
         Err(Error::Io { op: "stat", .. })
     ));
     // Not a fallback reason: the same error with its io::ErrorKind.
-    let opts = LoadOptions::new().fallback(false);
+    let opts = LoadOptions::default().fallback(false);
     assert!(matches!(
         load(&path, &opts),
         Err(Error::Io { op: "stat", ref source, .. }) if source.kind() == std::io::ErrorKind::NotFound
@@ -308,7 +311,7 @@ fn empty_file_is_refused_before_mapping() {
         load(&path, &LoadOptions::default()),
         Err(Error::EmptyFile { .. })
     ));
-    let opts = LoadOptions::new().fallback(false);
+    let opts = LoadOptions::default().fallback(false);
     assert!(matches!(load(&path, &opts), Err(Error::EmptyFile { .. })));
 }
 
@@ -323,7 +326,7 @@ fn directory_is_not_a_file_in_either_mode() {
         Weights::load_streamed(dir.path(), &LoadOptions::default()),
         Err(Error::NotAFile { .. })
     ));
-    let opts = LoadOptions::new().fallback(false);
+    let opts = LoadOptions::default().fallback(false);
     assert!(matches!(
         load(dir.path(), &opts),
         Err(Error::NotAFile { .. })
@@ -369,7 +372,7 @@ fn filesystem_refusing_mmap_falls_back() {
         );
         return;
     };
-    let opts = LoadOptions::new().fallback(false);
+    let opts = LoadOptions::default().fallback(false);
     match load(path, &opts) {
         Err(Error::MmapFailed {
             reason: FallbackReason::Map { .. },
@@ -430,7 +433,7 @@ fn corruption_gives_the_same_error_in_both_modes() {
     assert!(matches!(mapped, Error::TensorOutOfBounds { ref tensor, .. } if tensor == "b"));
     assert_eq!(mapped.to_string(), streamed.to_string());
     // Corruption is an error, not a fallback reason: the same without fallback.
-    let opts = LoadOptions::new().fallback(false);
+    let opts = LoadOptions::default().fallback(false);
     assert!(matches!(
         load(&path, &opts),
         Err(Error::TensorOutOfBounds { ref tensor, .. }) if tensor == "b"
@@ -547,7 +550,7 @@ fn prefetch_advice_and_lock_options_keep_bytes_identical() {
         ),
         (Prefetch::None, weightmap::AccessAdvice::Random, "off"),
     ] {
-        let opts = LoadOptions::new()
+        let opts = LoadOptions::default()
             .prefetch(prefetch)
             .advice(weightmap::AdvicePolicy::Uniform(advice));
         let w = load(&path, &opts).unwrap();
@@ -556,7 +559,7 @@ fn prefetch_advice_and_lock_options_keep_bytes_identical() {
         assert_eq!(all_bytes(&w), plain);
     }
     // mlock: either it works, or the error names RLIMIT_MEMLOCK.
-    let opts = LoadOptions::new().mlock(true);
+    let opts = LoadOptions::default().mlock(true);
     match load(&path, &opts) {
         Ok(w) => assert_eq!(all_bytes(&w), plain),
         Err(e @ Error::Mlock { .. }) => assert!(e.to_string().contains("RLIMIT_MEMLOCK")),
@@ -568,7 +571,7 @@ fn prefetch_advice_and_lock_options_keep_bytes_identical() {
 fn page_aligned_buffer_type_streams_at_4096() {
     let path = testdata("tiny-llama.gguf");
     let opts =
-        LoadOptions::new().buffer_type(Arc::new(CpuBufferType::with_alignment(4096).unwrap()));
+        LoadOptions::default().buffer_type(Arc::new(CpuBufferType::with_alignment(4096).unwrap()));
     let s = Weights::load_streamed(&path, &opts).unwrap();
     for t in s.tensors() {
         assert_eq!(t.host_bytes().unwrap().as_ptr() as usize % 4096, 0);

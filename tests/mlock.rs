@@ -69,7 +69,7 @@ fn mlock_over_the_limit_is_an_error_naming_the_limit() {
 
     let result = std::thread::spawn(move || {
         drop_ipc_lock_for_this_thread();
-        let opts = LoadOptions::new().mlock(true);
+        let opts = LoadOptions::default().mlock(true);
         // SAFETY: the file is not modified while loaded.
         unsafe { Weights::load(&path, &opts) }.map(|w| w.len())
     })
@@ -91,7 +91,7 @@ fn mlock_over_the_limit_is_an_error_naming_the_limit() {
     }
 
     // And with the limit out of the way, the same load locks and succeeds.
-    let opts = LoadOptions::new().mlock(true);
+    let opts = LoadOptions::default().mlock(true);
     let path = dir.path().join("model.gguf");
     // SAFETY: as above.
     let w = unsafe { Weights::load(&path, &opts) }.unwrap();

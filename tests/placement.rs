@@ -108,7 +108,7 @@ fn routing_sends_chosen_layers_to_a_device_and_maps_the_rest() {
     let path = layered(dir.path(), 4);
     let dev: Arc<dyn BufferType> = Arc::new(SimDeviceBufferType::new(256, usize::MAX).unwrap());
     let d = Arc::clone(&dev);
-    let opts = LoadOptions::new()
+    let opts = LoadOptions::default()
         .prefetch(Prefetch::None)
         .staging_bytes(100)
         .route(move |t| layer_of(t).filter(|&l| l < 2).map(|_| Arc::clone(&d)));
@@ -170,7 +170,7 @@ fn a_device_that_wraps_host_memory_receives_the_mapped_range() {
             .with_host_ptr(true),
     );
     let d = Arc::clone(&dev);
-    let opts = LoadOptions::new()
+    let opts = LoadOptions::default()
         .prefetch(Prefetch::None)
         .route(move |t| layer_of(t).map(|_| Arc::clone(&d)));
     let w = load(&path, &opts).unwrap();
@@ -201,11 +201,11 @@ fn a_device_that_wraps_host_memory_receives_the_mapped_range() {
 
     // As the default type, a host-wrapping device maps everything; one that
     // cannot wrap host memory falls back.
-    let w = load(&path, &LoadOptions::new().buffer_type(Arc::clone(&dev))).unwrap();
+    let w = load(&path, &LoadOptions::default().buffer_type(Arc::clone(&dev))).unwrap();
     assert_eq!(w.report().mode_used, LoadMode::Mmap);
     assert_eq!(w.report().tensors_copied, 0);
     let plain: Arc<dyn BufferType> = Arc::new(SimDeviceBufferType::new(32, usize::MAX).unwrap());
-    let w = load(&path, &LoadOptions::new().buffer_type(plain)).unwrap();
+    let w = load(&path, &LoadOptions::default().buffer_type(plain)).unwrap();
     assert_eq!(
         w.report().fallback.as_ref().map(|f| f.name()),
         Some("not_host")
@@ -240,7 +240,7 @@ impl BufferType for Stingy {
 fn an_alloc_size_below_the_tensor_size_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = layered(dir.path(), 1);
-    let err = Weights::load_streamed(&path, &LoadOptions::new().buffer_type(Arc::new(Stingy)))
+    let err = Weights::load_streamed(&path, &LoadOptions::default().buffer_type(Arc::new(Stingy)))
         .unwrap_err();
     match err {
         Error::AllocSizeTooSmall {

@@ -160,7 +160,7 @@ fn per_tensor_advice_makes_only_untied_lookup_tables_random() {
     ));
 
     // Uniform advice covers the whole region, and a re-advise changes one tensor.
-    let opts = LoadOptions::new()
+    let opts = LoadOptions::default()
         .advice(AdvicePolicy::Uniform(AccessAdvice::Random))
         .prefetch(Prefetch::None);
     let w = load(&tied, &opts);
@@ -209,7 +209,7 @@ fn no_prefetch_reads_nothing_beyond_what_is_touched() {
     let dir = tempfile::tempdir().unwrap();
     let path = model(dir.path(), "m.gguf", 16, true);
     evict(&path).unwrap();
-    let opts = LoadOptions::new().prefetch(Prefetch::None);
+    let opts = LoadOptions::default().prefetch(Prefetch::None);
     let w = load(&path, &opts);
     assert_eq!(w.report().prefetch, PrefetchDecision::Off);
     assert!(w.prefetch_progress().is_none());
@@ -227,7 +227,7 @@ fn an_invalid_file_is_never_prefetched() {
     f.set_len(f.metadata().unwrap().len() - 1).unwrap();
     f.sync_all().unwrap();
     evict(&path).unwrap();
-    let opts = LoadOptions::new().fallback(false);
+    let opts = LoadOptions::default().fallback(false);
     // SAFETY: the file is not modified while loaded.
     let err = unsafe { Weights::load(&path, &opts) }.unwrap_err();
     assert!(matches!(err, Error::TensorOutOfBounds { .. }), "{err:?}");
@@ -254,7 +254,7 @@ fn mapped_pages(addr: usize, len: usize) -> usize {
 fn release_drops_a_tensors_pages_and_keeps_its_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let path = model(dir.path(), "m.gguf", 16, true);
-    let opts = LoadOptions::new().prefetch(Prefetch::Populate);
+    let opts = LoadOptions::default().prefetch(Prefetch::Populate);
     let w = load(&path, &opts);
     assert!(matches!(
         w.report().prefetch,
@@ -339,7 +339,7 @@ fn every_prefetch_and_advice_gives_identical_bytes() {
             AdvicePolicy::Uniform(AccessAdvice::Sequential),
         ] {
             evict(&path).unwrap();
-            let opts = LoadOptions::new().prefetch(prefetch).advice(advice);
+            let opts = LoadOptions::default().prefetch(prefetch).advice(advice);
             let w = load(&path, &opts);
             let got: Vec<Vec<u8>> = w.tensors().map(|t| t.to_vec().unwrap()).collect();
             assert_eq!(got, want, "{prefetch:?} {advice:?}");

@@ -19,7 +19,7 @@ fn manifest() -> Value {
 
 fn load(path: &Path, mode: LoadMode) -> weightmap::Result<Weights> {
     // SAFETY: the fixtures and test files are not modified while loaded.
-    unsafe { Weights::load(path, &LoadOptions::with_mode(mode)) }
+    unsafe { Weights::load(path, &LoadOptions::default().mode(mode)) }
 }
 
 fn hex(b: &[u8]) -> String {

@@ -43,7 +43,7 @@ fn range(
     mode: LoadMode,
 ) -> weightmap::Result<Weights> {
     // SAFETY: the container is not modified while loaded.
-    unsafe { Weights::load_file_range(file, offset, len, &LoadOptions::with_mode(mode)) }
+    unsafe { Weights::load_file_range(file, offset, len, &LoadOptions::default().mode(mode)) }
 }
 
 #[test]
@@ -51,7 +51,7 @@ fn a_model_in_the_middle_of_a_larger_file_loads_in_both_modes() {
     let dir = tempfile::tempdir().unwrap();
     let m = model();
     let want = bytes_of(
-        &Weights::from_memory(m.clone(), &LoadOptions::with_mode(LoadMode::Stream)).unwrap(),
+        &Weights::from_memory(m.clone(), &LoadOptions::default().mode(LoadMode::Stream)).unwrap(),
     );
     // At a 64-byte offset past three pages: everything maps; at an odd
     // offset, addresses are off 32 and hybrid placement copies them.
@@ -152,7 +152,7 @@ fn memory_the_caller_owns_loads_zero_copy_where_aligned() {
         .unwrap();
     w.release_all().unwrap();
     assert_eq!(bytes_of(&w), want);
-    let s = Weights::from_memory(TINY, &LoadOptions::with_mode(LoadMode::Stream)).unwrap();
+    let s = Weights::from_memory(TINY, &LoadOptions::default().mode(LoadMode::Stream)).unwrap();
     assert_eq!(s.report().tensors_mapped, 0);
     assert_eq!(bytes_of(&s), want);
     // Corrupt memory gets the same typed error as a corrupt file.
@@ -195,7 +195,7 @@ fn borrowed_bytes_load_as_views_that_cannot_outlive_them() {
             .unwrap()
             .with_host_ptr(true),
     );
-    let w = Weights::from_slice(bytes, &LoadOptions::new().buffer_type(dev)).unwrap();
+    let w = Weights::from_slice(bytes, &LoadOptions::default().buffer_type(dev)).unwrap();
     assert!(w.tensors().all(|t| t.buffer().is_host()));
     // Unaligned borrowed bytes: hybrid placement copies what it must.
     let mut odd = vec![0u8; m.len() + 1];

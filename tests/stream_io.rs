@@ -56,7 +56,9 @@ fn a_direct_stream_load_leaves_the_page_cache_nearly_empty() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let path = model(dir.path(), 8, 8);
     evict(&path).unwrap();
-    let opts = LoadOptions::new().direct_io(DirectIo::On).read_threads(3);
+    let opts = LoadOptions::default()
+        .direct_io(DirectIo::On)
+        .read_threads(3);
     let w = Weights::load_streamed(&path, &opts).unwrap();
     let read = w.report().read.clone().unwrap();
     if let DirectOutcome::Refused { error } = &read.direct {
@@ -75,7 +77,8 @@ fn a_direct_stream_load_leaves_the_page_cache_nearly_empty() {
     assert_eq!(bytes_of(&w), file_tensors(&path, &w));
     // Buffered, the same bytes, and the file is then cached.
     evict(&path).unwrap();
-    let b = Weights::load_streamed(&path, &LoadOptions::new().direct_io(DirectIo::Off)).unwrap();
+    let b =
+        Weights::load_streamed(&path, &LoadOptions::default().direct_io(DirectIo::Off)).unwrap();
     assert_eq!(b.report().read.as_ref().unwrap().direct, DirectOutcome::Off);
     assert_eq!(bytes_of(&b), bytes_of(&w));
     assert!(file_residency(&path).unwrap().fraction() > 0.9);
@@ -127,7 +130,7 @@ fn direct_io_on_tmpfs_is_used_or_refused_but_never_wrong() {
     }
     let dir = tempfile::tempdir_in(shm).unwrap();
     let path = model(dir.path(), 2, 1);
-    let w = Weights::load_streamed(&path, &LoadOptions::new().direct_io(DirectIo::On)).unwrap();
+    let w = Weights::load_streamed(&path, &LoadOptions::default().direct_io(DirectIo::On)).unwrap();
     match &w.report().read.as_ref().unwrap().direct {
         DirectOutcome::Refused { error } => assert!(error.contains("Invalid argument"), "{error}"),
         DirectOutcome::Used => {}
@@ -145,7 +148,7 @@ fn a_layout_direct_reads_cannot_use_is_read_buffered_and_says_why() {
     w.tensor("b", TensorType::F32, &[1 << 18], pattern(2, 1 << 20));
     let path = dir.path().join("a8.gguf");
     std::fs::write(&path, w.to_bytes()).unwrap();
-    let w = Weights::load_streamed(&path, &LoadOptions::new().direct_io(DirectIo::On)).unwrap();
+    let w = Weights::load_streamed(&path, &LoadOptions::default().direct_io(DirectIo::On)).unwrap();
     match &w.report().read.as_ref().unwrap().direct {
         DirectOutcome::NotApplicable { reason } => {
             assert!(reason.contains("not aligned to 32"), "{reason}")
@@ -163,7 +166,7 @@ fn progress_is_monotonic_bounded_and_complete() {
     for direct in [DirectIo::Off, DirectIo::On] {
         let calls: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
         let c = Arc::clone(&calls);
-        let opts = LoadOptions::new()
+        let opts = LoadOptions::default()
             .direct_io(direct)
             .read_threads(2)
             .progress(move |done, total| {
@@ -188,7 +191,7 @@ fn progress_is_monotonic_bounded_and_complete() {
     // The mapped path reports its prefetch.
     let calls = Arc::new(AtomicUsize::new(0));
     let c = Arc::clone(&calls);
-    let opts = LoadOptions::new()
+    let opts = LoadOptions::default()
         .prefetch(Prefetch::Populate)
         .progress(move |_, _| {
             c.fetch_add(1, Ordering::SeqCst);
@@ -287,7 +290,7 @@ fn cancelling_stops_every_thread_and_frees_every_buffer() {
     for direct in [DirectIo::Off, DirectIo::On] {
         let calls = Arc::new(AtomicUsize::new(0));
         let c = Arc::clone(&calls);
-        let opts = LoadOptions::new()
+        let opts = LoadOptions::default()
             .buffer_type(Arc::new(Counting {
                 live: Arc::clone(&live),
             }))
@@ -307,7 +310,7 @@ fn cancelling_stops_every_thread_and_frees_every_buffer() {
         assert_eq!(live.load(Ordering::SeqCst), 0, "{direct:?}");
     }
     // The mapped path's populate prefetch cancels the same way.
-    let opts = LoadOptions::new()
+    let opts = LoadOptions::default()
         .prefetch(Prefetch::Populate)
         .progress(|_, _| ControlFlow::Break(()));
     // SAFETY: the file is not modified while loaded.

@@ -351,7 +351,7 @@ fn load_options(o: &wm_options) -> Result<LoadOptions, Fail> {
             ))
         }
     };
-    let mut opts = LoadOptions::new()
+    let mut opts = LoadOptions::default()
         .mode(mode)
         .fallback(fallback)
         .require_all_mapped(all);

@@ -55,7 +55,7 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         (Err(a), Err(b)) => {
-            assert_eq!(a.kind(), b.name(), "{a} / {b}");
+            assert_eq!(a.name(), b.name(), "{a} / {b}");
             assert_eq!(a.to_string(), b.to_string());
         }
         (m, s) => panic!(

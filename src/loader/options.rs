@@ -35,68 +35,73 @@ impl LoadMode {
 /// (the same `Arc`), and each gets one buffer, as in ggml.
 pub type Route = Arc<dyn Fn(&TensorInfo) -> Option<Arc<dyn BufferType>> + Send + Sync>;
 
-/// How to load. Build it with the setters, from [`LoadOptions::new`] (the
-/// defaults):
+/// How to load: the defaults (`LoadOptions::default()`), changed with
+/// the setters, each of which says its default.
 ///
 /// ```
 /// use std::sync::Arc;
 /// use weightmap::buffer::SimDeviceBufferType;
-/// use weightmap::{LoadMode, LoadOptions, Prefetch};
+/// use weightmap::{LoadOptions, Prefetch, Weights};
 /// # fn main() -> weightmap::Result<()> {
 /// let gpu = Arc::new(SimDeviceBufferType::new(256, usize::MAX)?);
-/// let opts = LoadOptions::new()
+/// let opts = LoadOptions::default()
 ///     .prefetch(Prefetch::None)
 ///     // Layers 0 and 1 on the device, everything else mapped.
 ///     .route(move |t| {
 ///         let layer: Option<u32> = t.name.strip_prefix("blk.")?.split('.').next()?.parse().ok();
 ///         (layer? < 2).then(|| gpu.clone() as Arc<dyn weightmap::buffer::BufferType>)
 ///     });
-/// assert_eq!(opts.mode, LoadMode::Mmap);
+/// # let mut w = weightmap::gguf::Writer::new(32);
+/// # w.tensor("blk.0.attn_q.weight", weightmap::TensorType::F32, &[64], vec![0; 256]);
+/// # w.tensor("blk.2.attn_q.weight", weightmap::TensorType::F32, &[64], vec![0; 256]);
+/// let weights = Weights::from_memory(w.to_bytes(), &opts)?;
+/// assert_eq!(weights.tensor("blk.0.attn_q.weight")?.buffer().type_name(), "SimDevice");
+/// assert!(weights.tensor("blk.2.attn_q.weight")?.buffer().is_host());
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct LoadOptions {
     /// Mapped or streamed (default [`LoadMode::Mmap`]).
-    pub mode: LoadMode,
+    pub(crate) mode: LoadMode,
     /// Continue on the stream path when the mapped path cannot be used
     /// (default `true`). Off, the mapped path's failure is returned as
     /// [`crate::Error::MmapFailed`].
-    pub fallback: bool,
+    pub(crate) fallback: bool,
     /// Access advice for the mapped tensor region (default
     /// [`AdvicePolicy::PerTensor`]: `MADV_RANDOM` on row-lookup tables only).
-    pub advice: AdvicePolicy,
+    pub(crate) advice: AdvicePolicy,
     /// Prefetch of the mapped tensor region (default
     /// [`Prefetch::Background`] within 50% of the available memory).
-    pub prefetch: Prefetch,
+    pub(crate) prefetch: Prefetch,
     /// `mlock` the mapping (default off). Failure is an error
     /// ([`crate::Error::Mlock`]).
-    pub mlock: bool,
+    pub(crate) mlock: bool,
     /// Where tensors go by default (the CPU buffer type with 32-byte
     /// alignment). On the mapped path a type that can wrap host memory
     /// ([`BufferType::supports_host_ptr`]) views the mapping; one that cannot
     /// makes the load fall back to the stream path.
-    pub buffer_type: Arc<dyn BufferType>,
+    pub(crate) buffer_type: Arc<dyn BufferType>,
     /// Per-tensor routing to other buffer types (default none).
-    pub route: Option<Route>,
+    pub(crate) route: Option<Route>,
     /// On the mapped path, fall back to the stream path when any tensor
     /// would have to be copied because it is misaligned, rather than copy
     /// just that tensor (default off: hybrid placement).
-    pub require_all_mapped: bool,
+    pub(crate) require_all_mapped: bool,
     /// Bytes of the staging buffer used to copy into a buffer that is not
     /// host-visible (default 4 MiB).
-    pub staging_bytes: usize,
+    pub(crate) staging_bytes: usize,
     /// Threads reading copied tensors (default 0: the available
     /// parallelism, at most 4, for buffered reads, and 4 for direct reads,
     /// which wait on the device rather than the CPU).
-    pub read_threads: usize,
+    pub(crate) read_threads: usize,
     /// Direct I/O on the stream path (default [`DirectIo::Auto`]).
-    pub direct_io: DirectIo,
+    pub(crate) direct_io: DirectIo,
     /// Called with `(bytes_done, bytes_total)` as tensors are read (the
     /// stream path, copies, and the mapped path's prefetch); returning
     /// `Break` cancels the load with [`crate::Error::Cancelled`] (or stops a
     /// background prefetch). Default none.
-    pub progress: Option<ProgressFn>,
+    pub(crate) progress: Option<ProgressFn>,
 }
 
 impl Default for LoadOptions {
@@ -142,53 +147,51 @@ impl LoadOptions {
     /// ([`LoadOptions::progress`]): every this many bytes, and once at the end.
     pub const PROGRESS_STEP: u64 = super::read::PROGRESS_STEP;
 
-    /// The defaults.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Default options with `mode`.
-    pub fn with_mode(mode: LoadMode) -> Self {
-        Self::new().mode(mode)
-    }
-
-    /// Set [`LoadOptions::mode`].
+    /// Mapped or streamed (default [`LoadMode::Mmap`]).
     pub fn mode(mut self, mode: LoadMode) -> Self {
         self.mode = mode;
         self
     }
 
-    /// Set [`LoadOptions::fallback`].
+    /// Continue on the stream path when the mapped path cannot be used
+    /// (default `true`). Off, the mapped path's failure is returned as
+    /// [`crate::Error::MmapFailed`].
     pub fn fallback(mut self, yes: bool) -> Self {
         self.fallback = yes;
         self
     }
 
-    /// Set [`LoadOptions::advice`].
+    /// Access advice for the mapped tensor region (default
+    /// [`AdvicePolicy::PerTensor`]: `MADV_RANDOM` on row-lookup tables only).
     pub fn advice(mut self, advice: AdvicePolicy) -> Self {
         self.advice = advice;
         self
     }
 
-    /// Set [`LoadOptions::prefetch`].
+    /// Prefetch of the mapped tensor region (default
+    /// [`Prefetch::Background`] within 50% of the available memory).
     pub fn prefetch(mut self, prefetch: Prefetch) -> Self {
         self.prefetch = prefetch;
         self
     }
 
-    /// Set [`LoadOptions::mlock`].
+    /// `mlock` the mapping (default off). Failure is an error
+    /// ([`crate::Error::Mlock`]).
     pub fn mlock(mut self, yes: bool) -> Self {
         self.mlock = yes;
         self
     }
 
-    /// Set [`LoadOptions::buffer_type`].
+    /// Where tensors go by default (the CPU buffer type with 32-byte
+    /// alignment). On the mapped path a type that can wrap host memory
+    /// ([`BufferType::supports_host_ptr`]) views the mapping; one that cannot
+    /// makes the load fall back to the stream path.
     pub fn buffer_type(mut self, bt: Arc<dyn BufferType>) -> Self {
         self.buffer_type = bt;
         self
     }
 
-    /// Set [`LoadOptions::route`].
+    /// Per-tensor routing to other buffer types (default none).
     pub fn route(
         mut self,
         rule: impl Fn(&TensorInfo) -> Option<Arc<dyn BufferType>> + Send + Sync + 'static,
@@ -197,31 +200,39 @@ impl LoadOptions {
         self
     }
 
-    /// Set [`LoadOptions::require_all_mapped`].
+    /// On the mapped path, fall back to the stream path when any tensor
+    /// would have to be copied because it is misaligned, rather than copy
+    /// just that tensor (default off: hybrid placement).
     pub fn require_all_mapped(mut self, yes: bool) -> Self {
         self.require_all_mapped = yes;
         self
     }
 
-    /// Set [`LoadOptions::staging_bytes`].
+    /// Bytes of the staging buffer used to copy into a buffer that is not
+    /// host-visible (default 4 MiB).
     pub fn staging_bytes(mut self, n: usize) -> Self {
         self.staging_bytes = n;
         self
     }
 
-    /// Set [`LoadOptions::read_threads`].
+    /// Threads reading copied tensors (default 0: the available
+    /// parallelism, at most 4, for buffered reads, and 4 for direct reads,
+    /// which wait on the device rather than the CPU).
     pub fn read_threads(mut self, n: usize) -> Self {
         self.read_threads = n;
         self
     }
 
-    /// Set [`LoadOptions::direct_io`].
+    /// Direct I/O on the stream path (default [`DirectIo::Auto`]).
     pub fn direct_io(mut self, d: DirectIo) -> Self {
         self.direct_io = d;
         self
     }
 
-    /// Set [`LoadOptions::progress`].
+    /// Called with `(bytes_done, bytes_total)` as tensors are read (the
+    /// stream path, copies, and the mapped path's prefetch); returning
+    /// `Break` cancels the load with [`crate::Error::Cancelled`] (or stops a
+    /// background prefetch). Default none.
     pub fn progress(
         mut self,
         f: impl Fn(u64, u64) -> std::ops::ControlFlow<()> + Send + Sync + 'static,

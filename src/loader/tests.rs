@@ -188,7 +188,7 @@ fn a_filesystem_refusing_direct_io_is_read_buffered_and_reported() {
     let path = dir.path().join("big.gguf");
     std::fs::write(&path, w.to_bytes()).unwrap();
     FAIL_DIRECT.with(|f| f.set(true));
-    let w = Weights::load_streamed(&path, &LoadOptions::new().direct_io(DirectIo::On));
+    let w = Weights::load_streamed(&path, &LoadOptions::default().direct_io(DirectIo::On));
     FAIL_DIRECT.with(|f| f.set(false));
     let w = w.unwrap();
     match &w.report().read.as_ref().unwrap().direct {

@@ -341,6 +341,9 @@ struct Job {
 /// threads (one per available core, at most 8), big tensors split into
 /// 4 MiB pieces of whole blocks.
 ///
+/// `threads` worker threads check them; 0 means the available parallelism
+/// (at most 4).
+///
 /// The error is always the first bad value in iteration order, whatever
 /// the threads' timing: pieces after a bad one are skipped, pieces before
 /// it are still checked.
@@ -351,9 +354,9 @@ struct Job {
 /// let ok = vec![0u8; 64];
 /// let mut q8 = vec![0u8; 34 * 4];
 /// q8[34 * 3..34 * 3 + 2].copy_from_slice(&0x7C00u16.to_le_bytes()); // d = +inf
-/// let stats = quant::check_tensors([("a", TensorType::F16, &ok[..])])?;
+/// let stats = quant::check_tensors([("a", TensorType::F16, &ok[..])], 0)?;
 /// assert_eq!((stats.tensors, stats.bytes), (1, 64));
-/// let e = quant::check_tensors([("a", TensorType::F16, &ok[..]), ("q", TensorType::Q8_0, &q8[..])])
+/// let e = quant::check_tensors([("a", TensorType::F16, &ok[..]), ("q", TensorType::Q8_0, &q8[..])], 0)
 ///     .unwrap_err();
 /// assert_eq!(e.to_string(), "tensor 'q' (q8_0): block 3 has d = inf");
 /// # Ok(()) }
@@ -361,22 +364,14 @@ struct Job {
 ///
 /// # Errors
 /// As [`check_data`], for the first bad tensor.
-pub fn check_tensors<'a, I>(tensors: I) -> Result<CheckStats>
+pub fn check_tensors<'a, I>(tensors: I, threads: usize) -> Result<CheckStats>
 where
     I: IntoIterator<Item = (&'a str, TensorType, &'a [u8])>,
 {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS));
-    check_tensors_on(tensors, threads)
-}
-
-/// [`check_tensors`] with at most `threads` worker threads (0 counts as 1).
-///
-/// # Errors
-/// As [`check_data`], for the first bad tensor.
-pub fn check_tensors_on<'a, I>(tensors: I, threads: usize) -> Result<CheckStats>
-where
-    I: IntoIterator<Item = (&'a str, TensorType, &'a [u8])>,
-{
+    let threads = match threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS)),
+        n => n,
+    };
     let tensors: Vec<(&str, TensorType, &[u8])> = tensors.into_iter().collect();
     let mut jobs = Vec::new();
     let mut bytes = 0u64;

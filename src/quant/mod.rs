@@ -61,7 +61,7 @@ pub use blocks::{
     BlockTQ1_0, BlockTQ2_0,
 };
 
-pub use check::{check_data, check_tensors, check_tensors_on, CheckStats};
+pub use check::{check_data, check_tensors, CheckStats};
 
 use bytemuck::Pod;
 

@@ -187,7 +187,7 @@ fn touch_all(weights: &Weights) -> CliResult<u64> {
 }
 
 pub fn run(a: &Args) -> CliResult {
-    let opts = LoadOptions::new()
+    let opts = LoadOptions::default()
         .mode(a.mode.into())
         .fallback(!a.no_fallback)
         .advice(a.advice.into())

@@ -63,7 +63,7 @@ pub fn run(a: &Args) -> CliResult {
         out.push_str(&format!("warning: {}\n", escape(w)));
     }
     // What the default (CPU) buffer type needs for zero-copy placement.
-    let alignment = LoadOptions::default().buffer_type.alignment();
+    let alignment = weightmap::buffer::CpuBufferType::DEFAULT_ALIGNMENT;
     for (_, wh) in &model.files {
         if let Some((t, need)) = wh.first_misaligned(alignment) {
             out.push_str(&format!(
@@ -139,7 +139,7 @@ fn check_data(a: &Args) -> CliResult<String> {
         };
         (t.info().name, t.info().ty, bytes)
     });
-    let s = quant::check_tensors(refs)?;
+    let s = quant::check_tensors(refs, 0)?;
     let (tensors, bytes, threads) = (s.tensors, s.bytes, s.threads);
     let secs = t0.elapsed().as_secs_f64();
     let gbps = if secs > 0.0 {
