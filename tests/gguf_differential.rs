@@ -389,7 +389,7 @@ fn grl_to_weightmap(
         prop_assert_eq!(t.file_offset, file.data_offset() + off);
         prop_assert_eq!(t.nbytes, want.data.len() as u64);
         prop_assert!(
-            &bytes[t.file_offset as usize..][..t.nbytes as usize] == &want.data[..],
+            bytes[t.file_offset as usize..][..t.nbytes as usize] == want.data[..],
             "{}: bytes differ",
             t.name
         );

@@ -13,7 +13,7 @@
 //!   so no view of it can outlive the mapping, and dropping it frees nothing
 //!   but its handle;
 //! - a mapped buffer is read-only: [`Buffer::set`], [`Buffer::memset`] and
-//!   [`Buffer::clear`] return [`Error::ReadOnly`] and [`Buffer::host_bytes_mut`]
+//!   [`Buffer::clear`] return [`crate::Error::ReadOnly`] and [`Buffer::host_bytes_mut`]
 //!   returns `None`, so nothing can write through a mapped view. A runtime
 //!   that must rewrite a weight takes an owned copy ([`crate::TensorRef::to_owned_tensor`]).
 

@@ -106,10 +106,10 @@ fn check_string(what: impl FnOnce() -> String, len: u64) -> Result<()> {
 }
 
 /// Check a header weightmap has accepted against the rules of ggml's
-/// parser that weightmap does not apply (see the [module
-/// documentation](self)). `metadata` must be the header's metadata over the
-/// bytes it was parsed from ([`GgufHeader::metadata_in`],
-/// [`GgufHeader::metadata_in`], `WeightsHeader::gguf_metadata`).
+/// parser that weightmap does not apply, each a [`GgmlRule`] with its
+/// source. `metadata` must be the header's metadata over the bytes it was
+/// parsed from ([`GgufHeader::metadata_in`], or
+/// [`crate::Header::gguf_metadata`]).
 ///
 /// Reads no tensor data and allocates only a name table.
 ///

@@ -256,8 +256,8 @@ impl Writer {
 
     /// Write the file. `fill(i, chunk)` is called for each deferred tensor
     /// `i` (insertion index) with its bytes in order, as consecutive zeroed
-    /// chunks of at most [`CHUNK`] bytes (each but the last exactly
-    /// [`CHUNK`]), so memory use does not grow with tensor size.
+    /// chunks of at most 4 MiB (each but the last exactly 4 MiB), so memory
+    /// use does not grow with tensor size.
     ///
     /// # Errors
     /// Whatever `out` returns.

@@ -72,7 +72,8 @@ impl Default for Prefetch {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum AdvicePolicy {
     /// `MADV_NORMAL` over the region, `MADV_RANDOM` on the tensors
-    /// [`is_row_lookup`] picks (the default).
+    /// read by row (the default): per-layer token embeddings, and a token
+    /// embedding when the model has a separate output matrix.
     #[default]
     PerTensor,
     /// The same advice over the whole region (`Uniform(Random)` was

@@ -13,7 +13,8 @@ use crate::error::{Error, Result};
 /// A progress callback: `(bytes_done, bytes_total)`; return
 /// `ControlFlow::Break(())` to cancel the load. It is called from the
 /// reading threads (one call at a time), at most once per
-/// [`PROGRESS_STEP`] bytes and once at the end.
+/// [`LoadOptions::PROGRESS_STEP`](crate::LoadOptions::PROGRESS_STEP) bytes
+/// and once at the end.
 pub type ProgressFn = Arc<dyn Fn(u64, u64) -> ControlFlow<()> + Send + Sync>;
 
 /// Bytes between two progress calls.

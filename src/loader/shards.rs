@@ -345,35 +345,6 @@ pub(crate) fn single_is_split(path: &Path, md_count: Option<u64>) -> Result<()> 
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn split_names_parse_as_llama_cpp_writes_them() {
-        assert_eq!(
-            split_name(Path::new("/m/model-00002-of-00003.gguf")),
-            Some(("model".into(), 2, 3))
-        );
-        assert_eq!(
-            split_name(Path::new("a-b-00001-of-00010.gguf")),
-            Some(("a-b".into(), 1, 10))
-        );
-        for bad in [
-            "model.gguf",
-            "model-1-of-3.gguf",
-            "-00001-of-00002.gguf",
-            "m-00001-of-00002.bin",
-        ] {
-            assert_eq!(split_name(Path::new(bad)), None, "{bad}");
-        }
-        assert_eq!(
-            split_path(Path::new("/m"), "model", 3, 12),
-            PathBuf::from("/m/model-00003-of-00012.gguf")
-        );
-    }
-}
-
 impl ModelHeaders {
     /// The files of the model `path` names (one file, any shard of a
     /// split GGUF, a safetensors index or a directory holding one), in
@@ -410,5 +381,34 @@ impl ModelHeaders {
             files: headers.into_iter().map(|h| (h.path, h.header)).collect(),
             warnings,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_names_parse_as_llama_cpp_writes_them() {
+        assert_eq!(
+            split_name(Path::new("/m/model-00002-of-00003.gguf")),
+            Some(("model".into(), 2, 3))
+        );
+        assert_eq!(
+            split_name(Path::new("a-b-00001-of-00010.gguf")),
+            Some(("a-b".into(), 1, 10))
+        );
+        for bad in [
+            "model.gguf",
+            "model-1-of-3.gguf",
+            "-00001-of-00002.gguf",
+            "m-00001-of-00002.bin",
+        ] {
+            assert_eq!(split_name(Path::new(bad)), None, "{bad}");
+        }
+        assert_eq!(
+            split_path(Path::new("/m"), "model", 3, 12),
+            PathBuf::from("/m/model-00003-of-00012.gguf")
+        );
     }
 }

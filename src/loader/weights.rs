@@ -44,7 +44,8 @@ impl MappedWeights {
     /// process, while the returned value, or anything obtained from it
     /// (buffers, tensor handles, views, metadata, and any buffer a
     /// [`crate::buffer::BufferType`] made from the mapping with
-    /// `buffer_from_host_ptr`), lives. See [`Mapping`].
+    /// `buffer_from_host_ptr`), lives: a changed file changes memory Rust
+    /// assumes immutable, and a truncated one raises `SIGBUS` on access.
     ///
     /// # Errors
     /// [`Error::MmapFailed`] with the reason the mapped path could not be
@@ -1024,7 +1025,7 @@ impl OwnedTensor {
     /// The bytes as `T`.
     ///
     /// # Errors
-    /// As [`crate::buffer::view`].
+    /// As [`TensorInfo::view`].
     pub fn view<T: Element>(&self) -> Result<&[T]> {
         view(&self.info.at(0), self.buf.bytes())
     }
@@ -1032,7 +1033,7 @@ impl OwnedTensor {
     /// The bytes as writable `T`.
     ///
     /// # Errors
-    /// As [`crate::buffer::view`].
+    /// As [`TensorInfo::view`].
     pub fn view_mut<T: Element>(&mut self) -> Result<&mut [T]> {
         view_mut(&self.info.at(0), self.buf.bytes_mut())
     }

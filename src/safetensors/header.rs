@@ -108,7 +108,7 @@ impl SafetensorsHeader {
     /// - [`Error::TensorOutOfBounds`]: a tensor's bytes run past the end of the file.
     /// - [`Error::TensorOverlap`]: two tensors share bytes (zero-size tensors occupy none).
     /// - [`Error::SafetensorsHeader`]: everything else, naming the tensor
-    ///   where there is one: header length over [`MAX_HEADER_LEN`], invalid
+    ///   where there is one: header length over [`SafetensorsHeader::MAX_HEADER_LEN`], invalid
     ///   JSON, an unknown or sub-byte dtype, a malformed entry, `data_offsets`
     ///   that disagree with dtype × shape or run backwards, other duplicate
     ///   keys, what the `safetensors` crate's contiguity rule rejects (gaps,

@@ -15,7 +15,7 @@
 //! as it goes (no `serde_json::Value` tree, no second parse). Each entry is
 //! checked when it is read, each with a typed error naming the tensor: a
 //! repeated key (which a plain `serde_json` map would silently collapse),
-//! unknown and sub-byte dtypes (by the `safetensors` crate's [`Dtype`]),
+//! unknown and sub-byte dtypes (by the `safetensors` crate's `Dtype`),
 //! element count and byte size overflow, `data_offsets` that disagree with
 //! dtype × shape, data past the end of the file. Then, in data order:
 //! overlapping tensors, and the `safetensors` crate's own rule that offsets
