@@ -1,5 +1,5 @@
-//! What the system says of memory: the page size, the memory-lock limit,
-//! the memory available.
+//! What the system says of memory (the page size, the memory-lock limit,
+//! the memory available), and a cache prefetch hint.
 
 /// The system page size.
 pub fn page_size() -> usize {
@@ -42,4 +42,19 @@ pub fn mem_available() -> Option<u64> {
         let kb = l.strip_prefix("MemAvailable:")?.trim().strip_suffix("kB")?;
         kb.trim().parse::<u64>().ok()?.checked_mul(1024)
     })
+}
+
+/// Ask the CPU to start loading the cache line of `value`: a hint, which
+/// reads nothing and cannot fault. A no-op where weightmap has no hint for
+/// the architecture.
+pub(crate) fn prefetch_cache_line<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 CPU has; it only
+    // hints at an address (here a valid reference) and reads nothing.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(value).cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
 }

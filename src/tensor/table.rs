@@ -573,15 +573,7 @@ impl NameIndex {
         else {
             return;
         };
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 CPU has; it
-        // only hints at an address (here a valid `&u64`) and reads nothing.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(slot).cast());
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = slot;
+        crate::os::prefetch_cache_line(slot);
     }
 
     /// The index of the name of hash `hash` for which `eq` holds.
