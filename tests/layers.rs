@@ -1,5 +1,5 @@
 //! The library's module graph: no import cycles, and every arrow points down
-//! the layers of the design (notes/design.md, "Layers of the library").
+//! the layers of the design (ARCHITECTURE.md, "Layers and their arrows").
 //!
 //! The graph is read from the source text of `src/`, not from rustc, so the
 //! test needs nothing beyond std and sees inline paths (`crate::x::f()`) as

@@ -12,7 +12,8 @@ use crate::tensor::TensorInfo;
 use crate::types::TensorType;
 
 use super::report::PlacementKind;
-use super::weights::{TensorRef, Weights};
+use super::tensor_ref::TensorRef;
+use super::weights::Weights;
 
 /// A tensor that holds its [`Weights`] through an `Arc`, so a model struct
 /// can own its tensors (`struct Layer { q: Tensor, .. }`) without borrowing.

@@ -42,6 +42,7 @@ mod report;
 mod shards;
 mod source;
 mod stream;
+mod tensor_ref;
 mod weights;
 
 pub use handle::{Scope, Tensor};
@@ -52,7 +53,8 @@ pub use prefetch::{
 };
 pub use read::{DirectIo, DirectOutcome, ProgressFn, ReadReport};
 pub use report::{BufferReport, CopiedTensor, CopyReason, LoadReport, PlacementKind, ShardReport};
-pub use weights::{BorrowedWeights, MappedWeights, OwnedTensor, TensorRef, Weights};
+pub use tensor_ref::{OwnedTensor, TensorRef};
+pub use weights::{BorrowedWeights, MappedWeights, Weights};
 
 #[cfg(test)]
 mod tests;
