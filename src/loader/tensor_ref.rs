@@ -8,7 +8,7 @@ use crate::types::TensorType;
 
 use super::report::PlacementKind;
 
-/// A placed tensor, borrowed from loaded [`Weights`]: read-only whatever the
+/// A placed tensor, borrowed from loaded [`Weights`](super::Weights): read-only whatever the
 /// mode. To change a weight, take [`TensorRef::to_owned_tensor`].
 #[derive(Clone, Copy, Debug)]
 pub struct TensorRef<'w> {
@@ -118,12 +118,12 @@ impl<'w> TensorRef<'w> {
 
     /// Elements per row: `ne[0]` (1 for a scalar).
     pub fn row_len(&self) -> u64 {
-        self.info.ne().first().copied().unwrap_or(1)
+        self.info.row_len()
     }
 
     /// Number of rows: the product of `ne[1..]` (1 for a vector or scalar).
     pub fn n_rows(&self) -> u64 {
-        self.info.ne().iter().skip(1).product()
+        self.info.n_rows()
     }
 
     /// Bytes per row (a whole number of blocks: validated at parse time).

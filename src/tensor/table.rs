@@ -48,6 +48,27 @@ impl TensorInfo<'_> {
         self.shape.iter().product()
     }
 
+    /// Elements per row: `ne[0]`, the innermost dimension (1 for a scalar).
+    /// Computed from the shape in place, as row lookups call it each time.
+    pub(crate) fn row_len(&self) -> u64 {
+        let inner = if self.outer_first {
+            self.shape.last()
+        } else {
+            self.shape.first()
+        };
+        inner.copied().unwrap_or(1)
+    }
+
+    /// Number of rows: the product of `ne[1..]` (1 for a vector or scalar).
+    pub(crate) fn n_rows(&self) -> u64 {
+        let outer = match (self.outer_first, self.shape.len()) {
+            (_, 0) => &[][..],
+            (true, n) => &self.shape[..n - 1],
+            (false, _) => &self.shape[1..],
+        };
+        outer.iter().product()
+    }
+
     /// Dimensions in ggml order, `ne[0]` (innermost) first.
     pub fn ne(&self) -> Vec<u64> {
         let mut v = self.shape.to_vec();
@@ -618,6 +639,27 @@ impl NameIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_are_counted_in_ggml_order_whatever_the_file_order() {
+        let shapes: [&[u64]; 4] = [&[], &[7], &[3, 5], &[2, 3, 4]];
+        for shape in shapes {
+            for outer_first in [false, true] {
+                let info = TensorInfo {
+                    name: "t",
+                    ty: TensorType::F32,
+                    shape,
+                    outer_first,
+                    offset: 0,
+                    file_offset: 0,
+                    nbytes: 0,
+                };
+                let ne = info.ne();
+                assert_eq!(info.row_len(), ne.first().copied().unwrap_or(1));
+                assert_eq!(info.n_rows(), ne.iter().skip(1).product::<u64>());
+            }
+        }
+    }
 
     fn build(names: &[&str]) -> Result<TensorTable> {
         let mut b = TableBuilder::new(false, 0)?;
