@@ -625,6 +625,21 @@ pub enum Error {
     /// stopped and every buffer of the load was freed.
     #[error("the load was cancelled by its progress callback")]
     Cancelled,
+    /// Memory the load would take (a copy, a lock) is more than the
+    /// process may still use: MemAvailable, or a memory cgroup's limit less
+    /// its usage, whichever is less. Returned before allocating, so that the
+    /// kernel's OOM killer never ends the process for it.
+    #[error("{what} needs {needed} bytes, over the memory budget of {budget} bytes ({budget_source}); LoadOptions::ignore_budget (--ignore-budget) goes ahead anyway")]
+    OverBudget {
+        /// What would take the memory ("the stream path's copy", ...).
+        what: &'static str,
+        /// Bytes it needs.
+        needed: u64,
+        /// Bytes the process may still use.
+        budget: u64,
+        /// Where the budget came from ("cgroup v1 /NAME memory.limit_in_bytes", ...).
+        budget_source: String,
+    },
     /// `mlock` of the tensor region failed.
     #[error("mlock of {len} bytes failed (RLIMIT_MEMLOCK soft limit {limit}): {source}; raise it with `ulimit -l` or drop the lock option")]
     Mlock {
@@ -688,9 +703,10 @@ impl Error {
             | Error::AllocSizeTooSmall { .. }
             | Error::HostPtrUnsupported { .. } => K::InvalidArgument,
             Error::MmapFailed { .. } => K::MmapFailed,
-            Error::OutOfMemory { .. } | Error::Alloc { .. } | Error::BufferTooLarge { .. } => {
-                K::OutOfMemory
-            }
+            Error::OutOfMemory { .. }
+            | Error::Alloc { .. }
+            | Error::BufferTooLarge { .. }
+            | Error::OverBudget { .. } => K::OutOfMemory,
             Error::NoDequantize { .. } => K::Unsupported,
             Error::Cancelled | Error::Interrupted { .. } => K::Cancelled,
             // The stream path's own failure decides.
@@ -772,6 +788,7 @@ impl Error {
             Error::AllocSizeTooSmall { .. } => "alloc_size_too_small",
             Error::HostPtrUnsupported { .. } => "host_ptr_unsupported",
             Error::Mlock { .. } => "mlock",
+            Error::OverBudget { .. } => "over_budget",
         }
     }
 }

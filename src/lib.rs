@@ -20,10 +20,10 @@ mod types;
 pub use error::{Error, ErrorKind, FallbackReason, Result};
 pub use format::{Format, Header};
 pub use loader::{
-    AdvicePolicy, BorrowedWeights, BufferReport, CopiedTensor, CopyReason, DirectIo, DirectOutcome,
-    LoadMode, LoadOptions, LoadReport, MappedWeights, ModelHeaders, OwnedTensor, PlacementKind,
-    Prefetch, PrefetchDecision, PrefetchProgress, PrefetchState, ProgressFn, ReadReport, Route,
-    Scope, ShardReport, SkipReason, Tensor, TensorRef, Weights,
+    AdvicePolicy, BorrowedWeights, Budget, BufferReport, CopiedTensor, CopyReason, DirectIo,
+    DirectOutcome, LoadMode, LoadOptions, LoadReport, MappedWeights, ModelHeaders, OwnedTensor,
+    PlacementKind, Prefetch, PrefetchDecision, PrefetchProgress, PrefetchState, ProgressFn,
+    ReadReport, Route, Scope, ShardReport, SkipReason, Tensor, TensorRef, Weights,
 };
 pub use os::{evict, file_residency, AccessAdvice, Residency};
 pub use tensor::{Element, Parse, TensorInfo, TensorTable};

@@ -304,6 +304,8 @@ fn load_both_modes_give_the_same_bytes() {
         "resident_before_pct",
         "resident_after_pct",
         "read",
+        "budget_bytes",
+        "budget_source",
         "prefetch",
         "prefetch_kind",
         "prefetched_bytes",
@@ -951,4 +953,37 @@ fn gen_arch_gemma3_has_attention_wider_than_the_embedding() {
     let loaded = load_json(&f, "mmap", &["--hashes"]);
     assert_eq!(loaded["tensors"].as_array().unwrap().len(), 28);
     assert_eq!(run(&["validate", p(&f)]).status.code(), Some(0));
+}
+
+#[test]
+fn load_refuses_a_copy_over_the_budget_with_exit_1_and_says_budget() {
+    let f = testdata("tiny-llama.gguf");
+    let err = assert_fails(&["load", p(&f), "--mode", "stream", "--budget", "16"]);
+    assert!(err.contains("over the memory budget of 16 bytes"), "{err}");
+    assert!(err.contains("--ignore-budget"), "{err}");
+    let v = run_json(&[
+        "load",
+        p(&f),
+        "--mode",
+        "stream",
+        "--budget",
+        "16",
+        "--ignore-budget",
+        "--json",
+    ]);
+    assert_eq!(v["budget_bytes"], 16);
+    assert_eq!(v["budget_source"], "LoadOptions::budget");
+    assert_eq!(v["mode_used"], "stream");
+}
+
+#[test]
+fn load_json_reports_the_budget_it_read() {
+    let f = testdata("tiny-llama.gguf");
+    let v = run_json(&["load", p(&f), "--json"]);
+    assert!(v["budget_bytes"].as_u64().is_some_and(|b| b > 0), "{v}");
+    let source = v["budget_source"].as_str().unwrap();
+    assert!(
+        source == "MemAvailable" || source.starts_with("cgroup v"),
+        "{source}"
+    );
 }

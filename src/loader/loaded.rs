@@ -14,7 +14,7 @@ use super::options::LoadMode;
 use super::place::Slot;
 use super::prefetch::{PrefetchDecision, Prefetcher};
 use super::read::ReadReport;
-use super::report::{BufferReport, CopiedTensor, LoadReport, PlacementKind};
+use super::report::{Budget, BufferReport, CopiedTensor, LoadReport, PlacementKind};
 
 /// Everything a load made, from either path.
 #[derive(Debug)]
@@ -32,6 +32,8 @@ pub(crate) struct Loaded {
     pub random_access: Vec<usize>,
     pub copied: Vec<CopiedTensor>,
     pub read: Option<ReadReport>,
+    /// The memory budget the load was held to.
+    pub budget: Budget,
 }
 
 impl Loaded {
@@ -79,6 +81,7 @@ impl Loaded {
             read: self.read.clone(),
             shards: Vec::new(),
             warnings: Vec::new(),
+            budget: self.budget.clone(),
             random_access_tensors: self
                 .random_access
                 .iter()

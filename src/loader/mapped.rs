@@ -208,11 +208,14 @@ unsafe fn map_source(
         _ => {}
     }
 
-    // 7. Access advice (MADV_RANDOM only where reads are by row), and mlock.
+    // 7. Access advice (MADV_RANDOM only where reads are by row), and mlock,
+    //    which pins the whole mapping and so must fit the memory budget.
+    let budget = super::budget::current(opts);
     let (start, end) = header.tensor_region();
     let (start, end) = (start as usize, end as usize);
     let random_access = prefetch::apply_advice(&map, &header, opts.advice, start, end);
     if opts.mlock {
+        super::budget::check(map.len() as u64, "mlock of the mapping", &budget, opts)?;
         map.lock().map_err(|source| Error::Mlock {
             len: map.len(),
             limit: crate::os::memlock_limit(),
@@ -272,11 +275,16 @@ unsafe fn map_source(
     if !copies.is_empty() {
         let mut plans = Vec::with_capacity(copies.len());
         let mut total = 0u64;
+        let mut host = 0u64;
         for g in &copies {
             let (layout, bytes, _) = plan(g.bt.as_ref(), infos, &g.tensors, false)?;
             total += bytes;
+            if g.bt.is_host() {
+                host += bytes;
+            }
             plans.push(layout);
         }
+        super::budget::check(host, "the copied tensors", &budget, opts)?;
         let progress = Progress::new(opts.progress.clone(), total);
         let read_src = match (src, &opened) {
             (Source::Range { offset, .. }, Some((file, _))) => ReadSrc::File {
@@ -319,6 +327,16 @@ unsafe fn map_source(
             }
             (None, PrefetchDecision::WillNeed { bytes })
         }
+        // Populating more than the budget holds would only evict what it
+        // read before the first pass comes to it.
+        Prefetch::Populate if budget.bytes.is_some_and(|b| bytes > b) => (
+            None,
+            PrefetchDecision::Skipped(prefetch::SkipReason::TooLarge {
+                bytes,
+                budget: budget.bytes.unwrap_or(0),
+                max_percent: 100,
+            }),
+        ),
         Prefetch::Populate => {
             if !prefetch::populate(&map, &ranges, opts.progress.as_ref()) {
                 return Err(Error::Cancelled.into());
@@ -329,12 +347,13 @@ unsafe fn map_source(
             &map,
             ranges,
             max_percent,
-            crate::os::mem_available,
+            super::budget::reader(opts),
             opts.progress.clone(),
         ),
     };
 
     Ok(Loaded {
+        budget,
         path: path.to_owned(),
         header,
         buffers,

@@ -30,6 +30,7 @@
 //! # Ok(()) }
 //! ```
 
+mod budget;
 mod handle;
 mod headers;
 mod loaded;
@@ -52,7 +53,9 @@ pub use prefetch::{
     AdvicePolicy, Prefetch, PrefetchDecision, PrefetchProgress, PrefetchState, SkipReason,
 };
 pub use read::{DirectIo, DirectOutcome, ProgressFn, ReadReport};
-pub use report::{BufferReport, CopiedTensor, CopyReason, LoadReport, PlacementKind, ShardReport};
+pub use report::{
+    Budget, BufferReport, CopiedTensor, CopyReason, LoadReport, PlacementKind, ShardReport,
+};
 pub use tensor_ref::{OwnedTensor, TensorRef};
 pub use weights::{BorrowedWeights, MappedWeights, Weights};
 

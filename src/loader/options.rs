@@ -102,6 +102,8 @@ pub struct LoadOptions {
     /// `Break` cancels the load with [`crate::Error::Cancelled`] (or stops a
     /// background prefetch). Default none.
     pub(crate) progress: Option<ProgressFn>,
+    pub(crate) budget: Option<u64>,
+    pub(crate) ignore_budget: bool,
 }
 
 impl Default for LoadOptions {
@@ -119,6 +121,8 @@ impl Default for LoadOptions {
             read_threads: 0,
             direct_io: DirectIo::Auto,
             progress: None,
+            budget: None,
+            ignore_budget: false,
         }
     }
 }
@@ -138,6 +142,8 @@ impl fmt::Debug for LoadOptions {
             .field("read_threads", &self.read_threads)
             .field("direct_io", &self.direct_io)
             .field("progress", &self.progress.as_ref().map(|_| "<fn>"))
+            .field("budget", &self.budget)
+            .field("ignore_budget", &self.ignore_budget)
             .finish()
     }
 }
@@ -268,5 +274,20 @@ impl LoadOptions {
             Some(bt) => Cow::Owned(bt),
             None => Cow::Borrowed(&self.buffer_type),
         }
+    }
+
+    /// The memory budget to hold the load to, in bytes, instead of the one
+    /// read from the system (default: read; see [`crate::Budget`]).
+    pub fn budget(mut self, bytes: u64) -> Self {
+        self.budget = Some(bytes);
+        self
+    }
+
+    /// Go ahead with copies and locks larger than the memory budget
+    /// (default off: they are refused with [`crate::Error::OverBudget`]).
+    /// The prefetch still keeps to the budget.
+    pub fn ignore_budget(mut self, yes: bool) -> Self {
+        self.ignore_budget = yes;
+        self
     }
 }

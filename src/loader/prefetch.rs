@@ -19,6 +19,15 @@
 //!   fits in the stated share of the memory the kernel says is available, it
 //!   re-checks as it goes, and it stops when the weights drop.
 //!
+//! When the region does not fit in that share of the memory budget (a
+//! memory cgroup smaller than the model), reading it all ahead would only
+//! evict what was read before the first pass gets there. The prefetch then
+//! follows the pass instead ([`PrefetchDecision::Windowed`]): it queues
+//! reads (`MADV_WILLNEED`) at most a window ahead of the first page the pass
+//! has not yet mapped (told by `/proc/self/pagemap`), the window being the
+//! share of the budget, so the pass finds its pages read and the page cache
+//! holds no more than the window ahead of it.
+//!
 //! llama.cpp, by default, reads the whole file before its load returns
 //! (`MAP_POPULATE` plus `MADV_WILLNEED`, whatever memory is free; its
 //! llama-mmap.cpp), and uses `MADV_RANDOM` only with `--numa` and on tensors
@@ -32,7 +41,7 @@ use std::thread::JoinHandle;
 
 use super::read::ProgressFn;
 use crate::format::Header;
-use crate::os::{AccessAdvice, Mapping};
+use crate::os::{AccessAdvice, Mapping, PageMap};
 
 /// Reading the mapped tensor region ahead of use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -41,8 +50,9 @@ pub enum Prefetch {
     None,
     /// A background thread reads the region in file order after validation,
     /// while `load` returns; it starts only if the region is at most
-    /// `max_percent` of the memory available (`MemAvailable` in
-    /// `/proc/meminfo`), stops if that stops being true, and stops when the
+    /// `max_percent` of the memory budget (the least of `MemAvailable` and
+    /// every memory cgroup limit less its usage, [`crate::Budget`]), stops if
+    /// that stops being true, and stops when the
     /// weights drop. The default, with 50%.
     Background {
         /// The largest share of available memory, in percent, that the
@@ -166,10 +176,21 @@ pub enum PrefetchDecision {
     Background {
         /// Bytes of the region.
         bytes: u64,
-        /// `MemAvailable` when it started.
-        mem_available: u64,
-        /// The limit it was held to, in percent of `mem_available`.
+        /// The memory budget when it started.
+        budget: u64,
+        /// The limit it was held to, in percent of `budget`.
         max_percent: u8,
+    },
+    /// The region does not fit in the budget's share: a background thread
+    /// reads ahead of the first pass, at most `window` bytes ahead of the
+    /// first page the pass has not mapped yet.
+    Windowed {
+        /// Bytes of the region.
+        bytes: u64,
+        /// The memory budget when it started.
+        budget: u64,
+        /// How far ahead of the pass reads are queued.
+        window: u64,
     },
     /// [`Prefetch::Background`] was asked for and did not start.
     Skipped(SkipReason),
@@ -179,16 +200,16 @@ pub enum PrefetchDecision {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SkipReason {
-    /// The region is more than `max_percent` of the available memory.
+    /// The region is more than `max_percent` of the memory budget.
     TooLarge {
         /// Bytes of the region.
         bytes: u64,
-        /// `MemAvailable`.
-        mem_available: u64,
+        /// The memory budget.
+        budget: u64,
         /// The limit, in percent.
         max_percent: u8,
     },
-    /// The available memory could not be read (no `/proc/meminfo`).
+    /// The memory budget could not be read (no `/proc`).
     MemoryUnknown,
     /// The thread could not be started.
     Spawn {
@@ -207,6 +228,7 @@ impl PrefetchDecision {
             PrefetchDecision::WillNeed { .. } => "willneed",
             PrefetchDecision::Populated { .. } => "populated",
             PrefetchDecision::Background { .. } => "background",
+            PrefetchDecision::Windowed { .. } => "windowed",
             PrefetchDecision::Skipped(_) => "skipped",
         }
     }
@@ -227,13 +249,24 @@ impl fmt::Display for PrefetchDecision {
             }
             PrefetchDecision::Background {
                 bytes,
-                mem_available,
+                budget,
                 max_percent,
             } => write!(
                 f,
-                "background: reading {} in file order (MemAvailable {}, limit {max_percent}%)",
+                "background: reading {} in file order (memory budget {}, limit {max_percent}%)",
                 mib(*bytes),
-                mib(*mem_available)
+                mib(*budget)
+            ),
+            PrefetchDecision::Windowed {
+                bytes,
+                budget,
+                window,
+            } => write!(
+                f,
+                "windowed: reading {} at most {} ahead of the first pass (memory budget {})",
+                mib(*bytes),
+                mib(*window),
+                mib(*budget)
             ),
             PrefetchDecision::Skipped(r) => write!(f, "skipped: {r}"),
         }
@@ -245,35 +278,31 @@ impl fmt::Display for SkipReason {
         match self {
             SkipReason::TooLarge {
                 bytes,
-                mem_available,
+                budget,
                 max_percent,
             } => write!(
                 f,
-                "{} is over {max_percent}% of MemAvailable ({})",
+                "{} is over {max_percent}% of the memory budget ({})",
                 mib(*bytes),
-                mib(*mem_available)
+                mib(*budget)
             ),
-            SkipReason::MemoryUnknown => write!(f, "available memory unknown"),
+            SkipReason::MemoryUnknown => write!(f, "memory budget unknown"),
             SkipReason::Spawn { error } => write!(f, "cannot start a thread: {error}"),
         }
     }
 }
 
-/// Whether a background prefetch of `bytes` may run with `mem_available`
+/// Whether a background prefetch of `bytes` may run within a memory budget of `budget`
 /// bytes available and a limit of `max_percent`: `Ok(available)`, or why
 /// not.
-pub(crate) fn decide(
-    bytes: u64,
-    mem_available: Option<u64>,
-    max_percent: u8,
-) -> Result<u64, SkipReason> {
-    let avail = mem_available.ok_or(SkipReason::MemoryUnknown)?;
+pub(crate) fn decide(bytes: u64, budget: Option<u64>, max_percent: u8) -> Result<u64, SkipReason> {
+    let avail = budget.ok_or(SkipReason::MemoryUnknown)?;
     if fits(bytes, avail, max_percent) {
         Ok(avail)
     } else {
         Err(SkipReason::TooLarge {
             bytes,
-            mem_available: avail,
+            budget: avail,
             max_percent,
         })
     }
@@ -302,7 +331,7 @@ pub enum PrefetchState {
     Running,
     /// The whole region was read.
     Finished,
-    /// Stopped early: the region no longer fit in the memory available.
+    /// Stopped early: the region no longer fit in the memory budget.
     StoppedForMemory,
     /// Stopped early: the kernel refused a read (a file truncated
     /// underneath gives `EFAULT` here rather than a signal).
@@ -326,12 +355,15 @@ const AHEAD: usize = 4 * CHUNK;
 /// How often, in bytes, the memory check is repeated.
 const RECHECK: usize = 64 << 20;
 
-/// Reads the memory available, in bytes ([`mem_available`] outside tests).
-type MemReader = fn() -> Option<u64>;
+/// Reads the memory the process may still use, in bytes (the load's
+/// budget, re-read as the prefetch runs).
+pub(crate) type MemReader = Arc<dyn Fn() -> Option<u64> + Send + Sync>;
 
 #[derive(Debug)]
 struct Shared {
     stop: AtomicBool,
+    /// A windowed read-ahead, which waits on the first pass.
+    follows_pass: AtomicBool,
     done: AtomicU64,
     state: AtomicU8,
     total: u64,
@@ -343,6 +375,7 @@ impl Shared {
     fn new(total: u64) -> Shared {
         Shared {
             stop: AtomicBool::new(false),
+            follows_pass: AtomicBool::new(false),
             done: AtomicU64::new(0),
             state: AtomicU8::new(RUNNING),
             total,
@@ -398,15 +431,73 @@ fn read_in_order(
                     return STOPPED_CANCEL;
                 }
             }
-            if let Some((avail, pct)) = mem {
+            if let Some((avail, pct)) = &mem {
                 if done >= next_check && done < total {
                     next_check = done + RECHECK as u64;
                     match avail() {
-                        Some(a) if fits(total - done, a, pct) => {}
+                        Some(a) if fits(total - done, a, *pct) => {}
                         _ => return STOPPED_MEMORY,
                     }
                 }
             }
+        }
+    }
+    FINISHED
+}
+
+/// How much a windowed read-ahead queues at a time, and the step at which
+/// it looks for the first pass's front.
+const STEP: usize = 2 << 20;
+/// How long a windowed read-ahead waits for the pass to move on.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Queue reads of `ranges` in file order, at most `window` bytes ahead of
+/// the first page of the region not yet mapped by this process (the front of
+/// a first pass), until the end, a stop, or an error reading the page map.
+/// Pages are read into the page cache only (`MADV_WILLNEED`), never mapped,
+/// so that the page map keeps telling where the pass is.
+fn read_ahead_of_pass(
+    map: &Mapping,
+    ranges: &[(usize, usize)],
+    shared: &Shared,
+    window: usize,
+    pages: &PageMap,
+) -> u8 {
+    let base = map.addr();
+    let mut done = 0u64;
+    // The pass's front, as an offset in the map: it only moves forward.
+    let (mut front, mut r) = (ranges.first().map_or(0, |r| r.0), 0);
+    for &(start, end) in ranges {
+        let mut pos = start;
+        while pos < end {
+            loop {
+                if shared.stop.load(Ordering::Relaxed) {
+                    return STOPPED_DROP;
+                }
+                // Move the front over every step the pass has mapped.
+                while r < ranges.len() {
+                    let (rs, re) = ranges[r];
+                    front = front.max(rs);
+                    if front >= re {
+                        r += 1;
+                        continue;
+                    }
+                    match pages.present(base + front) {
+                        Ok(true) => front = (front + STEP).min(re),
+                        Ok(false) => break,
+                        Err(_) => return STOPPED_ERROR,
+                    }
+                }
+                if r >= ranges.len() || pos < front.saturating_add(window) {
+                    break;
+                }
+                std::thread::sleep(FOLLOW_POLL);
+            }
+            let n = STEP.min(end - pos);
+            map.will_need(pos, pos + n);
+            pos += n;
+            done += n as u64;
+            shared.done.store(done, Ordering::Relaxed);
         }
     }
     FINISHED
@@ -436,8 +527,8 @@ pub(crate) struct Prefetcher {
 }
 
 impl Prefetcher {
-    /// Decide with `mem` (the available-memory reader; [`mem_available`]
-    /// outside tests) and, if the region fits, start the thread.
+    /// Decide with `mem` (the memory budget's reader) and, if the region
+    /// fits, start the thread.
     pub(crate) fn start(
         map: &Arc<Mapping>,
         ranges: Vec<(usize, usize)>,
@@ -448,6 +539,9 @@ impl Prefetcher {
         let bytes = total_of(&ranges);
         let avail = match decide(bytes, mem(), max_percent) {
             Ok(a) => a,
+            Err(SkipReason::TooLarge { budget, .. }) => {
+                return Prefetcher::start_windowed(map, ranges, budget, max_percent)
+            }
             Err(r) => return (None, PrefetchDecision::Skipped(r)),
         };
         let shared = Arc::new(Shared::new(bytes));
@@ -468,8 +562,61 @@ impl Prefetcher {
                 }),
                 PrefetchDecision::Background {
                     bytes,
-                    mem_available: avail,
+                    budget: avail,
                     max_percent,
+                },
+            ),
+            Err(e) => (
+                None,
+                PrefetchDecision::Skipped(SkipReason::Spawn {
+                    error: e.to_string(),
+                }),
+            ),
+        }
+    }
+
+    /// A read-ahead that follows the first pass ([`read_ahead_of_pass`]),
+    /// `max_percent` of `budget` ahead of it.
+    fn start_windowed(
+        map: &Arc<Mapping>,
+        ranges: Vec<(usize, usize)>,
+        budget: u64,
+        max_percent: u8,
+    ) -> (Option<Prefetcher>, PrefetchDecision) {
+        let bytes = total_of(&ranges);
+        let window = (u128::from(budget) * u128::from(max_percent) / 100) as u64;
+        let pages = match PageMap::open() {
+            Ok(p) => p,
+            Err(e) => {
+                return (
+                    None,
+                    PrefetchDecision::Skipped(SkipReason::Spawn {
+                        error: format!("no page map to follow the first pass: {e}"),
+                    }),
+                )
+            }
+        };
+        let shared = Arc::new(Shared::new(bytes));
+        shared.follows_pass.store(true, Ordering::Relaxed);
+        let (m, s) = (Arc::clone(map), Arc::clone(&shared));
+        let w = usize::try_from(window).unwrap_or(usize::MAX);
+        let spawned = std::thread::Builder::new()
+            .name("weightmap-prefetch".into())
+            .stack_size(64 << 10)
+            .spawn(move || {
+                let state = read_ahead_of_pass(&m, &ranges, &s, w, &pages);
+                s.finish(state);
+            });
+        match spawned {
+            Ok(handle) => (
+                Some(Prefetcher {
+                    shared,
+                    handle: Some(handle),
+                }),
+                PrefetchDecision::Windowed {
+                    bytes,
+                    budget,
+                    window,
                 },
             ),
             Err(e) => (
@@ -497,8 +644,13 @@ impl Prefetcher {
         }
     }
 
-    /// Block until the thread has finished or stopped.
+    /// Block until the thread has finished or stopped. A read-ahead that
+    /// follows the first pass waits for the pass, so waiting for it would
+    /// never end: its progress is returned at once.
     pub(crate) fn wait(&self) -> PrefetchProgress {
+        if self.shared.follows_pass.load(Ordering::Relaxed) {
+            return self.progress();
+        }
         let mut f = self
             .shared
             .finished
@@ -561,19 +713,33 @@ mod tests {
     fn the_policy_follows_the_injected_available_memory() {
         let (_f, map) = mapped_file(3 * CHUNK);
         let len = map.len();
-        // 3 chunks against 4 chunks available at 50%: too large.
-        let (p, d) = Prefetcher::start(&map, vec![(0, len)], 50, || Some(4 * CHUNK as u64), None);
-        assert!(p.is_none());
+        // 3 chunks against 4 chunks available at 50%: too large to read
+        // ahead whole, so the read-ahead follows the pass within 2 chunks.
+        let (p, d) = Prefetcher::start(
+            &map,
+            vec![(0, len)],
+            50,
+            Arc::new(|| Some(4 * CHUNK as u64)),
+            None,
+        );
+        assert!(p.is_some());
         assert!(
-            matches!(d, PrefetchDecision::Skipped(SkipReason::TooLarge { bytes, mem_available, max_percent: 50 })
-                if bytes == len as u64 && mem_available == 4 * CHUNK as u64),
+            matches!(d, PrefetchDecision::Windowed { bytes, budget, window }
+                if bytes == len as u64 && budget == 4 * CHUNK as u64 && window == 2 * CHUNK as u64),
             "{d:?}"
         );
-        let (p, d) = Prefetcher::start(&map, vec![(0, len)], 50, || None, None);
+        drop(p);
+        let (p, d) = Prefetcher::start(&map, vec![(0, len)], 50, Arc::new(|| None), None);
         assert!(p.is_none());
         assert_eq!(d, PrefetchDecision::Skipped(SkipReason::MemoryUnknown));
         // Against 8 chunks it fits and runs to the end.
-        let (p, d) = Prefetcher::start(&map, vec![(0, len)], 50, || Some(8 * CHUNK as u64), None);
+        let (p, d) = Prefetcher::start(
+            &map,
+            vec![(0, len)],
+            50,
+            Arc::new(|| Some(8 * CHUNK as u64)),
+            None,
+        );
         assert_eq!(d.name(), "background");
         let p = p.unwrap();
         let done = p.wait();
@@ -594,7 +760,7 @@ mod tests {
         }
         let (_f, map) = mapped_file(RECHECK + 2 * CHUNK);
         let len = map.len();
-        let (p, _) = Prefetcher::start(&map, vec![(0, len)], 50, shrinking, None);
+        let (p, _) = Prefetcher::start(&map, vec![(0, len)], 50, Arc::new(shrinking), None);
         let done = p.unwrap().wait();
         assert_eq!(done.state, PrefetchState::StoppedForMemory);
         assert!(done.bytes_done >= RECHECK as u64 && done.bytes_done < len as u64);
@@ -604,7 +770,13 @@ mod tests {
     fn drop_stops_and_joins_the_thread() {
         let (_f, map) = mapped_file(4 * CHUNK);
         let len = map.len();
-        let (p, _) = Prefetcher::start(&map, vec![(0, len)], 100, || Some(u64::MAX / 200), None);
+        let (p, _) = Prefetcher::start(
+            &map,
+            vec![(0, len)],
+            100,
+            Arc::new(|| Some(u64::MAX / 200)),
+            None,
+        );
         let p = p.unwrap();
         let shared = Arc::clone(&p.shared);
         drop(p);

@@ -136,6 +136,25 @@ pub struct LoadReport {
     /// [`crate::AdvicePolicy::PerTensor`] (empty otherwise, and on the
     /// stream path).
     pub random_access_tensors: Vec<String>,
+    /// The memory budget the load was held to.
+    pub budget: Budget,
+}
+
+/// The memory the process may still use, as the load read it when it
+/// started: the least of `MemAvailable` and, for the process's memory
+/// cgroup and each of its ancestors, the limit less the usage (cgroup v1 or
+/// v2). Every memory decision of the load is made against it: the
+/// background prefetch, populate, mlock, and every copy (which is refused
+/// with [`crate::Error::OverBudget`] rather than risk the OOM killer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Budget {
+    /// Bytes, or `None` when no figure could be read (then nothing is refused).
+    pub bytes: Option<u64>,
+    /// Where the figure came from: `"MemAvailable"`, `"cgroup v1 /NAME
+    /// memory.limit_in_bytes"`, `"cgroup v2 /a/b memory.max"`,
+    /// `"LoadOptions::budget"`; or why none could be read.
+    pub source: String,
 }
 
 /// One file of a model: where it is and what its load did.

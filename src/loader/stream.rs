@@ -92,6 +92,7 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
     // Plan every buffer first, so progress knows the total.
     let mut plans = Vec::with_capacity(groups.len());
     let mut total = 0u64;
+    let mut host = 0u64;
     let mut why_not = wanted.clone().err();
     for g in &groups {
         let (layout, bytes, not) = plan(g.bt.as_ref(), infos, &g.tensors, wanted.is_ok())?;
@@ -99,8 +100,15 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
             why_not.get_or_insert(DirectOutcome::NotApplicable { reason });
         }
         total += bytes;
+        if g.bt.is_host() {
+            host += bytes;
+        }
         plans.push(layout);
     }
+    // Before any buffer is allocated: the copies held in host memory must
+    // fit the budget, or the load is refused rather than OOM-killed.
+    let budget = super::budget::current(opts);
+    super::budget::check(host, "the stream path's copy of the tensors", &budget, opts)?;
     let progress = Progress::new(opts.progress.clone(), total);
     let threads = opts.threads();
     let read_src = match (&file, src) {
@@ -140,6 +148,7 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
         None => DirectOutcome::Off,
     };
     Ok(Loaded {
+        budget,
         path: label.clone(),
         header,
         buffers,

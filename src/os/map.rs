@@ -535,6 +535,40 @@ fn map_for_mincore(file: &File) -> io::Result<Option<Mmap>> {
     Ok(Some(unsafe { MmapOptions::new().map(file)? }))
 }
 
+/// Which pages of this process's address space are mapped, read from
+/// `/proc/self/pagemap` (one 64-bit entry per page; bit 63: present). A
+/// page that the page cache holds but no fault has mapped reads as not
+/// present, which is how a read-ahead tells where a first pass over a
+/// mapping has got to.
+#[derive(Debug)]
+pub(crate) struct PageMap {
+    file: File,
+}
+
+impl PageMap {
+    /// Open this process's page map.
+    ///
+    /// # Errors
+    /// Where there is no `/proc/self/pagemap` (not Linux, no procfs).
+    pub(crate) fn open() -> io::Result<PageMap> {
+        Ok(PageMap {
+            file: File::open("/proc/self/pagemap")?,
+        })
+    }
+
+    /// Whether the page holding `addr` is mapped in this process.
+    ///
+    /// # Errors
+    /// The read of the entry.
+    pub(crate) fn present(&self, addr: usize) -> io::Result<bool> {
+        use std::os::unix::fs::FileExt;
+        let mut entry = [0u8; 8];
+        let at = (addr / page_size()) as u64 * 8;
+        self.file.read_exact_at(&mut entry, at)?;
+        Ok(u64::from_le_bytes(entry) >> 63 == 1)
+    }
+}
+
 /// Windows [`residency_estimate_of`] samples.
 const SAMPLE_WINDOWS: usize = 64;
 /// Pages in each of them.

@@ -1,5 +1,4 @@
-//! What the system says of memory (the page size, the memory-lock limit,
-//! the memory available), and a cache prefetch hint.
+//! What the system says of memory (the page size, the memory-lock limit), and a cache prefetch hint.
 
 /// The system page size.
 pub fn page_size() -> usize {
@@ -33,15 +32,6 @@ pub fn memlock_limit() -> String {
         }
     }
     "unknown".into()
-}
-
-/// `MemAvailable` from `/proc/meminfo`, in bytes; `None` where there is none.
-pub fn mem_available() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    text.lines().find_map(|l| {
-        let kb = l.strip_prefix("MemAvailable:")?.trim().strip_suffix("kB")?;
-        kb.trim().parse::<u64>().ok()?.checked_mul(1024)
-    })
 }
 
 /// Ask the CPU to start loading the cache line of `value`: a hint, which

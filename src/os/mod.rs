@@ -3,10 +3,12 @@
 //! positioned, direct and prefaulting I/O; what the system says of memory.
 //! The rest of the crate calls no `libc` function.
 
+mod budget;
 mod io;
 mod map;
 mod mem;
 
+pub(crate) use budget::*;
 pub(crate) use io::*;
 pub(crate) use map::*;
 pub(crate) use mem::*;

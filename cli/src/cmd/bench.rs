@@ -23,7 +23,7 @@ reports the load time and the ready time (load plus touch), page faults and
 memory. The modes (--modes, in this order by default):
 
   mmap          the library's defaults: mapped, MADV_RANDOM on row-lookup
-                tables only, background prefetch within half of MemAvailable
+                tables only, background prefetch within half of the memory budget
   mmap-random   mapped, MADV_RANDOM over the whole region, no prefetch
                 (weightmap's default before 0.2)
   mmap-normal   mapped, MADV_NORMAL over the whole region, no prefetch

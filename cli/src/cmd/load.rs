@@ -33,7 +33,7 @@ a cold start. Page faults are counted over load plus touch.
 By default the mapped tensor region is advised MADV_NORMAL, with MADV_RANDOM
 on row-lookup tables only (--advice per-tensor), and a background thread
 reads the region in file order while the load returns, if it fits in half
-of MemAvailable (--prefetch background).
+of the memory budget (--prefetch background).
 
 The file must not be modified or truncated while this command runs: a
 mapped file that changes underneath changes memory the program assumes
@@ -68,6 +68,14 @@ pub struct Args {
     /// 4, or 4 for direct reads).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// Hold the load to this memory budget (bytes, or with a K/M/G suffix)
+    /// instead of the one read from MemAvailable and the memory cgroup.
+    #[arg(long, value_parser = super::gen::parse_size)]
+    budget: Option<u64>,
+    /// Go ahead with copies and locks larger than the memory budget instead
+    /// of refusing them (exit 1, "... over the memory budget ...").
+    #[arg(long)]
+    ignore_budget: bool,
     /// Ask for transparent huge pages (MADV_HUGEPAGE) on the owned
     /// buffers copied tensors go to.
     #[arg(long)]
@@ -135,7 +143,7 @@ impl From<DirectArg> for DirectIo {
 /// `--prefetch`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum PrefetchArg {
-    /// A background thread, within half of MemAvailable (the default).
+    /// A background thread, within half of the memory budget (the default).
     Background,
     /// No prefetch.
     Off,
@@ -195,9 +203,14 @@ pub fn run(a: &Args) -> CliResult {
         .require_all_mapped(a.require_all_mapped)
         .direct_io(a.direct_io.into())
         .read_threads(a.threads)
+        .ignore_budget(a.ignore_budget)
         .buffer_type(std::sync::Arc::new(
             weightmap::buffer::CpuBufferType::new().huge_pages(a.huge_pages),
         ));
+    let opts = match a.budget {
+        Some(b) => opts.budget(b),
+        None => opts,
+    };
     let pb = super::progress::bar("load");
     let bar = pb.clone();
     let opts = opts.progress(move |done, total| {
@@ -293,6 +306,8 @@ pub fn run(a: &Args) -> CliResult {
                 "direct": rd.direct.to_string(),
                 "direct_used": rd.direct == weightmap::DirectOutcome::Used,
             })),
+            "budget_bytes": r.budget.bytes,
+            "budget_source": r.budget.source,
             "prefetch": r.prefetch.to_string(),
             "prefetch_kind": r.prefetch.name(),
             "prefetched_bytes": prefetched,
@@ -382,6 +397,13 @@ pub fn run(a: &Args) -> CliResult {
                             })
                             .collect::<Vec<_>>()
                             .join(", ")
+                    },
+                ],
+                vec![
+                    "budget:".into(),
+                    match r.budget.bytes {
+                        Some(b) => format!("{} ({})", super::human_bytes(b), r.budget.source),
+                        None => r.budget.source.clone(),
                     },
                 ],
                 vec!["prefetch:".into(), r.prefetch.to_string()],

@@ -1,0 +1,59 @@
+//! The memory budget of a load ([`Budget`]): read once when the load starts
+//! (or taken from [`LoadOptions::budget`]), then every memory decision is
+//! made against it.
+
+use crate::error::{Error, Result};
+use crate::os::{read_budget, BudgetReading};
+
+use super::options::LoadOptions;
+use super::report::Budget;
+
+/// The budget `opts` give, or the system's.
+pub(crate) fn current(opts: &LoadOptions) -> Budget {
+    if let Some(bytes) = opts.budget {
+        return Budget {
+            bytes: Some(bytes),
+            source: "LoadOptions::budget".into(),
+        };
+    }
+    match read_budget() {
+        BudgetReading::Limited { budget, .. } => Budget {
+            bytes: Some(budget.bytes),
+            source: budget.source.to_string(),
+        },
+        BudgetReading::Unreadable { why } => Budget {
+            bytes: None,
+            source: format!("unreadable: {why}"),
+        },
+    }
+}
+
+/// The budget's bytes as the prefetch re-reads them while it runs: the
+/// figure `opts` fixed, or the system's now (a cgroup's usage moves as the
+/// prefetch fills the page cache).
+pub(crate) fn reader(opts: &LoadOptions) -> super::prefetch::MemReader {
+    match opts.budget {
+        Some(bytes) => std::sync::Arc::new(move || Some(bytes)),
+        None => std::sync::Arc::new(|| read_budget().budget().map(|b| b.bytes)),
+    }
+}
+
+/// Refuse `needed` bytes for `what` when they are more than `budget` holds,
+/// unless `opts` say to go ahead. A budget that could not be read refuses
+/// nothing.
+pub(crate) fn check(
+    needed: u64,
+    what: &'static str,
+    budget: &Budget,
+    opts: &LoadOptions,
+) -> Result<()> {
+    match budget.bytes {
+        Some(b) if needed > b && !opts.ignore_budget => Err(Error::OverBudget {
+            what,
+            needed,
+            budget: b,
+            budget_source: budget.source.clone(),
+        }),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,239 @@
+//! The memory budget: what a load may still use (injected here with
+//! `LoadOptions::budget`; read from MemAvailable and the memory cgroup
+//! otherwise, which `src/os/budget.rs` tests on fake /proc and /sys trees).
+//! Copies and locks over it are refused with a typed error before anything
+//! is allocated; a mapped load copies nothing, so it goes ahead, and its
+//! read-ahead then follows the first pass within a window of the budget.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use weightmap::gguf::Writer;
+use weightmap::{Error, ErrorKind, LoadMode, LoadOptions, PrefetchDecision, TensorType, Weights};
+
+const MIB: usize = 1 << 20;
+
+/// A GGUF of `n` I8 tensors of `mib` MiB each, written to `dir`.
+fn model(dir: &Path, n: usize, mib: usize) -> PathBuf {
+    let mut w = Writer::new(32);
+    for i in 0..n {
+        w.tensor(
+            &format!("t{i}"),
+            TensorType::I8,
+            &[(mib * MIB) as u64],
+            vec![i as u8; mib * MIB],
+        );
+    }
+    let path = dir.join("m.gguf");
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    path
+}
+
+/// A GGUF whose second tensor sits at an odd offset (alignment 1), so the
+/// mapped path copies it.
+fn misaligned(dir: &Path) -> PathBuf {
+    let mut w = Writer::new(1);
+    w.tensor("byte", TensorType::I8, &[1], vec![1]);
+    w.tensor("floats", TensorType::F32, &[1024], vec![0; 4096]);
+    let path = dir.join("odd.gguf");
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    path
+}
+
+fn load(path: &Path, opts: &LoadOptions) -> weightmap::Result<Weights> {
+    // SAFETY: the test files are private to each test and never modified.
+    unsafe { Weights::load(path, opts) }
+}
+
+fn over_budget(e: &Error) -> (&'static str, u64, u64, &str) {
+    match e {
+        Error::OverBudget {
+            what,
+            needed,
+            budget,
+            budget_source,
+        } => (what, *needed, *budget, budget_source),
+        other => panic!("expected OverBudget, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_stream_load_over_the_budget_is_refused_with_the_bytes_and_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = model(dir.path(), 2, 1);
+    let e = Weights::load_streamed(&path, &LoadOptions::default().budget(MIB as u64)).unwrap_err();
+    let (what, needed, budget, source) = over_budget(&e);
+    assert_eq!(what, "the stream path's copy of the tensors");
+    assert!(needed >= 2 * MIB as u64, "{needed}");
+    assert_eq!((budget, source), (MIB as u64, "LoadOptions::budget"));
+    assert_eq!(e.kind(), ErrorKind::OutOfMemory);
+    assert_eq!(e.name(), "over_budget");
+    assert!(e.to_string().contains("over the memory budget"), "{e}");
+}
+
+#[test]
+fn ignore_budget_goes_ahead_and_the_report_says_what_the_budget_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = model(dir.path(), 2, 1);
+    let opts = LoadOptions::default().budget(1000).ignore_budget(true);
+    let w = Weights::load_streamed(&path, &opts).unwrap();
+    assert_eq!(w.report().mode_used, LoadMode::Stream);
+    assert_eq!(w.report().budget.bytes, Some(1000));
+    assert_eq!(w.report().budget.source, "LoadOptions::budget");
+    assert_eq!(w.tensor("t1").unwrap().to_vec().unwrap(), vec![1u8; MIB]);
+}
+
+#[test]
+fn a_budget_that_holds_the_copy_lets_the_stream_path_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = model(dir.path(), 2, 1);
+    let w = Weights::load_streamed(&path, &LoadOptions::default().budget(64 * MIB as u64)).unwrap();
+    assert_eq!(w.report().bytes_copied, 2 * MIB as u64);
+}
+
+#[test]
+fn the_system_budget_is_read_when_none_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = model(dir.path(), 1, 1);
+    let w = Weights::load_streamed(&path, &LoadOptions::default()).unwrap();
+    let b = &w.report().budget;
+    // This machine has /proc: a figure, from MemAvailable or a cgroup.
+    assert!(b.bytes.is_some_and(|n| n > 0), "{b:?}");
+    assert!(
+        b.source == "MemAvailable" || b.source.starts_with("cgroup v"),
+        "{b:?}"
+    );
+}
+
+#[test]
+fn a_mapped_load_copies_nothing_so_a_small_budget_refuses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = model(dir.path(), 4, 1);
+    let w = load(&path, &LoadOptions::default().budget(MIB as u64)).unwrap();
+    assert_eq!(w.report().mode_used, LoadMode::Mmap);
+    assert_eq!(w.report().bytes_copied, 0);
+    // The region is over half the budget: the read-ahead follows the pass.
+    match &w.report().prefetch {
+        PrefetchDecision::Windowed {
+            bytes,
+            budget,
+            window,
+        } => {
+            assert_eq!((*bytes, *budget), (4 * MIB as u64, MIB as u64));
+            assert_eq!(*window, MIB as u64 / 2);
+        }
+        other => panic!("expected a windowed read-ahead, got {other}"),
+    }
+    // Waiting for a read-ahead that waits for the pass returns at once.
+    let t0 = Instant::now();
+    assert!(w.wait_prefetch().is_some());
+    assert!(t0.elapsed() < Duration::from_secs(30));
+    for i in 0..4 {
+        assert_eq!(
+            w.tensor(&format!("t{i}")).unwrap().host_bytes().unwrap()[0],
+            i as u8
+        );
+    }
+}
+
+#[test]
+fn copied_tensors_of_a_mapped_load_are_held_to_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = misaligned(dir.path());
+    // The default budget holds the copies (a few KiB).
+    let w = load(&path, &LoadOptions::default()).unwrap();
+    assert_eq!(
+        w.tensor("floats").unwrap().placement_kind(),
+        weightmap::PlacementKind::Copied
+    );
+    let e = load(&path, &LoadOptions::default().budget(100)).unwrap_err();
+    let (what, needed, budget, _) = over_budget(&e);
+    assert_eq!(what, "the copied tensors");
+    assert!(needed >= 4096, "{needed}");
+    assert_eq!(budget, 100);
+}
+
+#[test]
+fn a_fallback_to_the_stream_path_is_held_to_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = misaligned(dir.path());
+    let opts = LoadOptions::default().require_all_mapped(true).budget(100);
+    let e = load(&path, &opts).unwrap_err();
+    match &e {
+        Error::FallbackFailed { source, .. } => {
+            assert_eq!(
+                over_budget(source).0,
+                "the stream path's copy of the tensors"
+            );
+        }
+        other => panic!("expected FallbackFailed, got {other:?}"),
+    }
+    assert_eq!(e.kind(), ErrorKind::OutOfMemory);
+    assert!(e.to_string().contains("budget"), "{e}");
+}
+
+#[test]
+fn mlock_over_the_budget_is_refused_before_locking() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = model(dir.path(), 1, 1);
+    let e = load(&path, &LoadOptions::default().mlock(true).budget(4096)).unwrap_err();
+    let (what, needed, ..) = over_budget(&e);
+    assert_eq!(what, "mlock of the mapping");
+    assert!(needed > MIB as u64, "{needed}");
+}
+
+/// Wait until `cond` holds, for at most `limit`.
+fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cond()
+}
+
+#[test]
+fn the_read_ahead_keeps_within_its_window_of_the_first_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    // 16 tensors of 4 MiB; a budget of 16 MiB gives a window of 8 MiB.
+    let path = model(dir.path(), 16, 4);
+    weightmap::evict(&path).unwrap();
+    let w = load(&path, &LoadOptions::default().budget(16 * MIB as u64)).unwrap();
+    assert_eq!(w.report().prefetch.name(), "windowed");
+    let resident = |i: usize| {
+        w.residency(&format!("t{i}"))
+            .unwrap()
+            .expect("mapped")
+            .fraction()
+    };
+    // Before any pass: the window ahead of the region's start is read...
+    assert!(
+        eventually(Duration::from_secs(20), || resident(0) > 0.9),
+        "the first tensor was never read ahead"
+    );
+    // ...and nothing far past it (tensor 8 starts 32 MiB in).
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        resident(8) < 0.1,
+        "read ahead past the window: {}",
+        resident(8)
+    );
+    // The pass maps tensors 0..8; the read-ahead follows it.
+    for i in 0..8 {
+        let bytes = w.tensor(&format!("t{i}")).unwrap().host_bytes().unwrap();
+        let sum: u64 = bytes.iter().step_by(4096).map(|&b| u64::from(b)).sum();
+        assert_eq!(sum, (i * 4 * MIB / 4096) as u64);
+    }
+    assert!(
+        eventually(Duration::from_secs(20), || resident(8) > 0.9),
+        "the read-ahead did not follow the pass"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        resident(15) < 0.1,
+        "read ahead past the window: {}",
+        resident(15)
+    );
+}
