@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Loads under a cgroup-v1 memory limit: what the mapped default, sequential
-# advice and the stream path do inside 256 and 128 MiB, against no limit,
-# cold (evicted before every run), rounds interleaved.
+# Loads under a cgroup-v1 memory limit: what the mapped default (its first
+# pass: load --touch), sequential advice, the bounded pass (load --pass) and
+# the stream path do inside 256 and 128 MiB, against no limit, cold (evicted
+# before every run), rounds interleaved.
 #
 #   benches/cgroup_budget.sh [WEIGHTMAP] [MODEL] [ROUNDS]
 #
 # Needs root and the cgroup-v1 memory controller at /sys/fs/cgroup/memory
 # (prints SKIPPED otherwise). Makes the cgroup weightmap-bench-$$ and
 # removes it at exit. Prints one line per run: limit, mode, exit status,
-# ready_ms, the budget the load saw, and the cgroup's failcnt (how often
+# ready_ms (for the pass: load_ms + pass_ms), the budget the load saw, and the cgroup's failcnt (how often
 # usage hit the limit).
 set -u
 wm=${1:-target/release/weightmap}
@@ -34,11 +35,11 @@ run() { # LIMIT MODE-NAME ARGS...
   echo 0 > "$cg/memory.failcnt"
   local out
   out=$(sh -c 'echo $$ > "$1/cgroup.procs"; shift; exec "$@"' sh "$cg" \
-        "$wm" load "$model" --touch --evict --json "$@" 2>/tmp/weightmap-cg-err)
+        "$wm" load "$model" --evict --json "$@" 2>/tmp/weightmap-cg-err)
   local rc=$?
   local fail; fail=$(cat "$cg/memory.failcnt")
   if [ $rc = 0 ]; then
-    python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("%-6s %-22s exit 0   ready_ms %8.1f  budget %s (%s)  failcnt %s" % (sys.argv[2], sys.argv[3], d["ready_ms"], d["budget_bytes"], d["budget_source"], sys.argv[4]))' "$out" "$limit" "$name" "$fail"
+    python3 -c 'import json,sys; d=json.loads(sys.argv[1]); ready = d["ready_ms"] if d["ready_ms"] is not None else d["load_ms"] + d["pass_ms"]; print("%-6s %-22s exit 0   ready_ms %8.1f  budget %s (%s)  failcnt %s" % (sys.argv[2], sys.argv[3], ready, d["budget_bytes"], d["budget_source"], sys.argv[4]))' "$out" "$limit" "$name" "$fail"
   else
     printf '%-6s %-22s exit %-3s %s  failcnt %s\n' "$limit" "$name" "$rc" "$(tail -c 160 /tmp/weightmap-cg-err | tr '\n' ' ')" "$fail"
   fi
@@ -46,8 +47,9 @@ run() { # LIMIT MODE-NAME ARGS...
 
 for r in $(seq "$rounds"); do
   for limit in none 256M 128M; do
-    run "$limit" mmap
-    run "$limit" mmap-sequential --advice sequential
-    run "$limit" stream --mode stream
+    run "$limit" mmap --touch
+    run "$limit" mmap-sequential --touch --advice sequential
+    run "$limit" pass --pass
+    run "$limit" stream --touch --mode stream
   done
 done

@@ -22,7 +22,7 @@ pub use format::{Format, Header};
 pub use loader::{
     AdvicePolicy, BorrowedWeights, Budget, BufferReport, CopiedTensor, CopyReason, DirectIo,
     DirectOutcome, LoadMode, LoadOptions, LoadReport, MappedWeights, ModelHeaders, OwnedTensor,
-    PlacementKind, Prefetch, PrefetchDecision, PrefetchProgress, PrefetchState, ProgressFn,
+    Pass, PlacementKind, Prefetch, PrefetchDecision, PrefetchProgress, PrefetchState, ProgressFn,
     ReadReport, Route, Scope, ShardReport, SkipReason, Tensor, TensorRef, Weights,
 };
 pub use os::{evict, file_residency, AccessAdvice, Residency};

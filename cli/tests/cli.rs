@@ -304,6 +304,8 @@ fn load_both_modes_give_the_same_bytes() {
         "resident_before_pct",
         "resident_after_pct",
         "read",
+        "pass_ms",
+        "window_bytes",
         "budget_bytes",
         "budget_source",
         "prefetch",
@@ -986,4 +988,34 @@ fn load_json_reports_the_budget_it_read() {
         source == "MemAvailable" || source.starts_with("cgroup v"),
         "{source}"
     );
+}
+
+#[test]
+fn load_pass_reads_every_tensor_through_the_window_it_reports() {
+    let f = testdata("tiny-llama.gguf");
+    let v = run_json(&[
+        "load",
+        p(&f),
+        "--pass",
+        "--window",
+        "1M",
+        "--hashes",
+        "--json",
+    ]);
+    assert!(v["pass_ms"].as_f64().is_some_and(|ms| ms >= 0.0), "{v}");
+    assert_eq!(v["window_bytes"], 1 << 20);
+    // The hashes, read through the pass, are those of the stream path.
+    let s = run_json(&["load", p(&f), "--mode", "stream", "--hashes", "--json"]);
+    let hashes = |v: &Value| -> Vec<(String, String)> {
+        v["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| (t["name"].to_string(), t["sha256"].to_string()))
+            .collect()
+    };
+    assert_eq!(hashes(&v), hashes(&s));
+    let plain = run_json(&["load", p(&f), "--json"]);
+    assert_eq!(plain["pass_ms"], Value::Null);
+    assert_eq!(plain["window_bytes"], Value::Null);
 }

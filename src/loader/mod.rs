@@ -36,6 +36,7 @@ mod headers;
 mod loaded;
 mod mapped;
 mod options;
+mod pass;
 mod place;
 mod prefetch;
 mod read;
@@ -49,6 +50,7 @@ mod weights;
 pub use handle::{Scope, Tensor};
 pub use headers::ModelHeaders;
 pub use options::{LoadMode, LoadOptions, Route};
+pub use pass::Pass;
 pub use prefetch::{
     AdvicePolicy, Prefetch, PrefetchDecision, PrefetchProgress, PrefetchState, SkipReason,
 };

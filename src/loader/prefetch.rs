@@ -628,6 +628,12 @@ impl Prefetcher {
         }
     }
 
+    /// Ask the thread to stop reading ahead (it stops within one chunk and
+    /// is joined on drop, as ever).
+    pub(crate) fn stop(&self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+    }
+
     /// Where it stands.
     pub(crate) fn progress(&self) -> PrefetchProgress {
         let state = match self.shared.state.load(Ordering::Acquire) {

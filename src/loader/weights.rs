@@ -566,17 +566,36 @@ impl Weights {
 
     /// The mapping and the file range of tensor `name`, when it is mapped.
     fn mapped_range(&self, name: &str) -> Result<Option<(&Mapping, std::ops::Range<u64>)>> {
-        let i = self.index_of(name)?;
-        let Some((p, j)) = self.loc(i) else {
-            return Ok(None);
-        };
+        Ok(self.mapped_range_at(self.index_of(name)?))
+    }
+
+    /// Stop every background prefetch: a pass reads ahead itself, within its
+    /// window, and two read-aheads would hold twice the page cache.
+    pub(crate) fn stop_prefetch(&self) {
+        for p in &self.parts {
+            if let Some(pf) = &p.loaded().prefetcher {
+                pf.stop();
+            }
+        }
+    }
+
+    /// Where the `i`th tensor's bytes start: its file (the part's index) and
+    /// its offset in that file.
+    pub(crate) fn file_position(&self, i: usize) -> Option<(usize, u64)> {
+        let (p, j) = self.loc(i)?;
+        Some((p, self.parts[p].loaded().header.tensors().at(j).file_offset))
+    }
+
+    /// The mapping and the file range of the `i`th tensor, when it is mapped.
+    pub(crate) fn mapped_range_at(&self, i: usize) -> Option<(&Mapping, std::ops::Range<u64>)> {
+        let (p, j) = self.loc(i)?;
         let l = self.parts[p].loaded();
-        Ok(match (&l.map, l.slots[j].kind) {
+        match (&l.map, l.slots[j].kind) {
             (Some(m), PlacementKind::Mapped) => {
                 Some((m.as_ref(), l.header.tensors().at(j).file_range()))
             }
             _ => None,
-        })
+        }
     }
 
     /// Re-advise the pages of tensor `name` (`MADV_RANDOM` on the whole

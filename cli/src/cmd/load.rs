@@ -87,9 +87,19 @@ pub struct Args {
     /// report the touch and ready times.
     #[arg(long)]
     touch: bool,
-    /// Also print the sha256 of every tensor's bytes.
+    /// Also print the sha256 of every tensor's bytes (read in one bounded
+    /// pass, as --pass does).
     #[arg(long)]
     hashes: bool,
+    /// After the load, read every tensor once in file order through the
+    /// bounded pass (reads queued a window ahead, pages behind dropped), and
+    /// report the pass time (`pass_ms`) and the window.
+    #[arg(long)]
+    pass: bool,
+    /// The pass's read-ahead window (bytes, or with a K/M/G suffix;
+    /// default: a quarter of the memory budget, from 4 MiB to 256 MiB).
+    #[arg(long, value_parser = super::gen::parse_size)]
+    window: Option<u64>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -175,6 +185,14 @@ pub fn evict(path: &std::path::Path) -> CliResult<f64> {
     Ok(r.fraction() * 100.0)
 }
 
+/// The bounded pass over `weights`, with `window` when one is given.
+fn pass_of(weights: &Weights, window: Option<u64>) -> weightmap::Pass<'_> {
+    match window {
+        Some(n) => weights.pass().window(n),
+        None => weights.pass(),
+    }
+}
+
 /// Touch every tensor byte once, in file order; returns the bytes touched.
 fn touch_all(weights: &Weights) -> CliResult<u64> {
     let mut order: Vec<_> = weights.tensors().collect();
@@ -253,9 +271,25 @@ pub fn run(a: &Args) -> CliResult {
         None
     };
 
+    let passed = if a.pass {
+        let t0 = Instant::now();
+        let pass = pass_of(&weights, a.window);
+        let window = pass.window_bytes();
+        for t in pass {
+            let t = t?;
+            match t.host_bytes() {
+                Some(b) => touch(b),
+                None => touch(&t.to_vec()?),
+            };
+        }
+        Some((t0.elapsed().as_secs_f64() * 1e3, window))
+    } else {
+        None
+    };
     let mut hashes = Vec::new();
     if a.hashes {
-        for t in weights.tensors() {
+        for t in pass_of(&weights, a.window) {
+            let t = t?;
             let digest = match t.host_bytes() {
                 Some(b) => Sha256::digest(b),
                 None => Sha256::digest(t.to_vec()?),
@@ -306,6 +340,8 @@ pub fn run(a: &Args) -> CliResult {
                 "direct": rd.direct.to_string(),
                 "direct_used": rd.direct == weightmap::DirectOutcome::Used,
             })),
+            "pass_ms": passed.map(|p| round3(p.0)),
+            "window_bytes": passed.map(|p| p.1),
             "budget_bytes": r.budget.bytes,
             "budget_source": r.budget.source,
             "prefetch": r.prefetch.to_string(),

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use weightmap::gguf::{self, GgmlRule};
-use weightmap::{quant, Header, LoadOptions, ModelHeaders, TensorRef, Weights};
+use weightmap::{quant, Header, LoadOptions, ModelHeaders, Weights};
 
 use super::{emit, escape, CliError, CliResult};
 
@@ -120,27 +120,26 @@ fn check_data(a: &Args) -> CliResult<String> {
     // states that requirement; the weights live only for this check.
     let weights = unsafe { Weights::load(&a.file, &LoadOptions::default())? };
     // Checked in place, in the mapping (no copy): a file truncated under
-    // the check is one error line, not a SIGBUS.
+    // the check is one error line, not a SIGBUS. One bounded pass in file
+    // order: each tensor read when it is checked, its pages dropped after,
+    // so a model larger than memory is checked at the disk's rate.
     let _sigbus = super::sigbus::guard(&a.file);
-    let copies: Vec<(usize, Vec<u8>)> = weights
-        .tensors()
-        .enumerate()
-        .filter(|(_, t)| t.host_bytes().is_none())
-        .map(|(i, t)| t.to_vec().map(|v| (i, v)))
-        .collect::<weightmap::Result<_>>()?;
-    let all: Vec<TensorRef<'_>> = weights.tensors().collect();
-    let refs = all.iter().enumerate().map(|(i, t)| {
-        let bytes = match t.host_bytes() {
+    let (mut tensors, mut bytes, mut threads) = (0, 0u64, 0);
+    for t in weights.pass() {
+        let t = t?;
+        let owned;
+        let data = match t.host_bytes() {
             Some(b) => b,
-            None => copies
-                .iter()
-                .find(|c| c.0 == i)
-                .map_or(&[][..], |c| &c.1[..]),
+            None => {
+                owned = t.to_vec()?;
+                &owned[..]
+            }
         };
-        (t.info().name, t.info().ty, bytes)
-    });
-    let s = quant::check_tensors(refs, 0)?;
-    let (tensors, bytes, threads) = (s.tensors, s.bytes, s.threads);
+        let s = quant::check_tensors([(t.name(), t.info().ty, data)], 0)?;
+        tensors += s.tensors;
+        bytes += s.bytes;
+        threads = threads.max(s.threads);
+    }
     let secs = t0.elapsed().as_secs_f64();
     let gbps = if secs > 0.0 {
         bytes as f64 / secs / 1e9

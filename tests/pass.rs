@@ -1,0 +1,168 @@
+//! The bounded pass (`Weights::pass`): every tensor once in file order, each
+//! resident when handed out, reads queued within a window ahead, pages
+//! behind dropped unless kept, and stopping early as the way to cancel.
+
+use std::path::{Path, PathBuf};
+
+use weightmap::gguf::Writer;
+use weightmap::{Error, LoadOptions, TensorType, Weights};
+
+const MIB: usize = 1 << 20;
+
+/// A GGUF of `n` I8 tensors of 4 MiB each, tensor `i` filled with byte `i`.
+fn model(dir: &Path, n: usize) -> PathBuf {
+    let mut w = Writer::new(32);
+    for i in 0..n {
+        w.tensor(
+            &format!("t{i}"),
+            TensorType::I8,
+            &[(4 * MIB) as u64],
+            vec![i as u8; 4 * MIB],
+        );
+    }
+    let path = dir.join("m.gguf");
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    path
+}
+
+/// Mapped, cold, with no prefetch of its own, so that what is resident is
+/// what the pass read.
+fn cold(path: &Path) -> Weights {
+    weightmap::evict(path).unwrap();
+    let opts = LoadOptions::default().prefetch(weightmap::Prefetch::None);
+    // SAFETY: the test files are private to each test and never modified.
+    unsafe { Weights::load(path, &opts) }.unwrap()
+}
+
+fn resident(w: &Weights, name: &str) -> f64 {
+    w.residency(name).unwrap().expect("mapped").fraction()
+}
+
+#[test]
+fn the_pass_visits_every_tensor_once_in_file_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = cold(&model(dir.path(), 6));
+    let seen: Vec<(String, u64)> = w
+        .pass()
+        .map(|t| {
+            let t = t.unwrap();
+            (t.name().to_owned(), t.info().file_offset)
+        })
+        .collect();
+    let names: Vec<&str> = seen.iter().map(|s| s.0.as_str()).collect();
+    assert_eq!(names, ["t0", "t1", "t2", "t3", "t4", "t5"]);
+    assert!(seen.windows(2).all(|p| p[0].1 < p[1].1), "{seen:?}");
+}
+
+#[test]
+fn a_split_model_is_passed_shard_by_shard_in_file_order() {
+    let shards = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/shards");
+    let w = Weights::load_streamed(
+        shards.join("split-00002-of-00003.gguf"),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let names: Vec<String> = w.pass().map(|t| t.unwrap().name().to_owned()).collect();
+    let want: Vec<String> = w.tensor_infos().map(|t| t.name.to_owned()).collect();
+    assert_eq!(names, want);
+}
+
+#[test]
+fn each_tensor_is_resident_when_handed_out_and_dropped_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = cold(&model(dir.path(), 8));
+    let mut prev: Option<String> = None;
+    for t in w.pass().window(8 * MIB as u64) {
+        let t = t.unwrap();
+        assert_eq!(resident(&w, t.name()), 1.0, "{} handed out", t.name());
+        if let Some(p) = &prev {
+            assert!(resident(&w, p) < 0.1, "{p} kept behind the pass");
+        }
+        // The bytes are the file's.
+        let b = t.host_bytes().unwrap();
+        assert!(b.iter().step_by(4096).all(|&x| x == b[0]));
+        prev = Some(t.name().to_owned());
+    }
+    // Once the pass is done, the last tensor goes too.
+    assert!(resident(&w, "t7") < 0.1);
+}
+
+#[test]
+fn keep_pages_leaves_what_the_pass_read_in_the_page_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = cold(&model(dir.path(), 4));
+    let n = w.pass().keep_pages(true).inspect(|t| assert!(t.is_ok())).count();
+    assert_eq!(n, 4);
+    for i in 0..4 {
+        assert_eq!(resident(&w, &format!("t{i}")), 1.0);
+    }
+}
+
+#[test]
+fn reads_are_queued_no_further_than_the_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = cold(&model(dir.path(), 16));
+    let mut pass = w.pass().window(8 * MIB as u64);
+    assert_eq!(pass.window_bytes(), 8 * MIB as u64);
+    for _ in 0..4 {
+        pass.next().unwrap().unwrap();
+    }
+    // t3 is handed out; t4 and t5 (8 MiB) may be queued, t8 on are not.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    for i in 8..16 {
+        assert!(
+            resident(&w, &format!("t{i}")) < 0.1,
+            "t{i} read past the window"
+        );
+    }
+}
+
+#[test]
+fn stopping_a_pass_early_reads_no_further_and_drops_its_last_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = cold(&model(dir.path(), 12));
+    {
+        let mut pass = w.pass().window(4 * MIB as u64);
+        pass.next().unwrap().unwrap();
+        pass.next().unwrap().unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(
+        resident(&w, "t1") < 0.1,
+        "the last tensor handed out stayed"
+    );
+    for i in 4..12 {
+        assert!(
+            resident(&w, &format!("t{i}")) < 0.1,
+            "t{i} read after the pass stopped"
+        );
+    }
+}
+
+#[test]
+fn only_visits_the_chosen_tensors_in_file_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = cold(&model(dir.path(), 6));
+    let names: Vec<String> = w
+        .pass()
+        .only(&["t4", "t1"])
+        .unwrap()
+        .map(|t| t.unwrap().name().to_owned())
+        .collect();
+    assert_eq!(names, ["t1", "t4"]);
+    assert!(matches!(
+        w.pass().only(&["nope"]),
+        Err(Error::TensorNotFound { name }) if name == "nope"
+    ));
+}
+
+#[test]
+fn a_streamed_model_is_passed_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = Weights::load_streamed(model(dir.path(), 3), &LoadOptions::default()).unwrap();
+    let firsts: Vec<u8> = w
+        .pass()
+        .map(|t| t.unwrap().host_bytes().unwrap()[0])
+        .collect();
+    assert_eq!(firsts, [0, 1, 2]);
+}
