@@ -91,7 +91,11 @@ fn each_tensor_is_resident_when_handed_out_and_dropped_behind() {
 fn keep_pages_leaves_what_the_pass_read_in_the_page_cache() {
     let dir = tempfile::tempdir().unwrap();
     let w = cold(&model(dir.path(), 4));
-    let n = w.pass().keep_pages(true).inspect(|t| assert!(t.is_ok())).count();
+    let n = w
+        .pass()
+        .keep_pages(true)
+        .inspect(|t| assert!(t.is_ok()))
+        .count();
     assert_eq!(n, 4);
     for i in 0..4 {
         assert_eq!(resident(&w, &format!("t{i}")), 1.0);

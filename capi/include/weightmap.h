@@ -168,6 +168,13 @@ typedef struct wm_tensor {
   uint64_t file_offset;
 } wm_tensor;
 
+/**
+ * What [`wm_pass`] calls with each tensor: `ctx` as given, the tensor's
+ * index (as for [`wm_tensor_at`]) and its description, whose `data` is
+ * resident for the call. Return 0 to go on, anything else to stop the pass.
+ */
+typedef int (*wm_pass_fn)(void *ctx, uint64_t i, const struct wm_tensor *t);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -263,6 +270,29 @@ int wm_tensor_at(const struct wm_weights *w, uint64_t i, struct wm_tensor *out);
  * NUL-terminated string; `out` is NULL or valid for writing a `wm_tensor`.
  */
 int wm_tensor_by_name(const struct wm_weights *w, const char *name, struct wm_tensor *out);
+
+/**
+ * Visit every tensor once, in file order, through the bounded pass: each
+ * tensor's pages are read before `f` is called with it, reads of the next
+ * ones are queued up to `window` bytes ahead (0: a quarter of the memory
+ * budget, from 4 to 256 MiB), and, unless `keep_pages` is 1, the pages of
+ * each are dropped once `f` returns: what an upload to a device, a
+ * conversion or a hash needs, in bounded memory. The pointers in `*t` stay
+ * valid until [`wm_free`] (pages dropped are read again if used).
+ *
+ * Returns [`WM_OK`] when every tensor was visited, [`WM_ERR_CANCELLED`]
+ * when `f` stopped the pass, [`WM_ERR_BAD_ARGUMENT`] (NULL `w` or `f`),
+ * [`WM_ERR_IO`], [`WM_ERR_UNSUPPORTED`] (a tensor `wm_tensor` cannot hold).
+ *
+ * # Safety
+ * `w` is NULL or a live pointer from [`wm_load`]; `f` is NULL or a
+ * function that may be called with `ctx` from this thread.
+ */
+int wm_pass(const struct wm_weights *w,
+            uint64_t window,
+            uint32_t keep_pages,
+            wm_pass_fn f,
+            void *ctx);
 
 /**
  * Whether tensor `i` is viewed in place in the file mapping (1) or was

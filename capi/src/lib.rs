@@ -682,6 +682,65 @@ pub unsafe extern "C" fn wm_tensor_by_name(
     })
 }
 
+/// What [`wm_pass`] calls with each tensor: `ctx` as given, the tensor's
+/// index (as for [`wm_tensor_at`]) and its description, whose `data` is
+/// resident for the call. Return 0 to go on, anything else to stop the pass.
+pub type wm_pass_fn =
+    Option<unsafe extern "C" fn(ctx: *mut c_void, i: u64, t: *const wm_tensor) -> c_int>;
+
+/// Visit every tensor once, in file order, through the bounded pass: each
+/// tensor's pages are read before `f` is called with it, reads of the next
+/// ones are queued up to `window` bytes ahead (0: a quarter of the memory
+/// budget, from 4 to 256 MiB), and, unless `keep_pages` is 1, the pages of
+/// each are dropped once `f` returns: what an upload to a device, a
+/// conversion or a hash needs, in bounded memory. The pointers in `*t` stay
+/// valid until [`wm_free`] (pages dropped are read again if used).
+///
+/// Returns [`WM_OK`] when every tensor was visited, [`WM_ERR_CANCELLED`]
+/// when `f` stopped the pass, [`WM_ERR_BAD_ARGUMENT`] (NULL `w` or `f`),
+/// [`WM_ERR_IO`], [`WM_ERR_UNSUPPORTED`] (a tensor `wm_tensor` cannot hold).
+///
+/// # Safety
+/// `w` is NULL or a live pointer from [`wm_load`]; `f` is NULL or a
+/// function that may be called with `ctx` from this thread.
+#[no_mangle]
+pub unsafe extern "C" fn wm_pass(
+    w: *const wm_weights,
+    window: u64,
+    keep_pages: u32,
+    f: wm_pass_fn,
+    ctx: *mut c_void,
+) -> c_int {
+    guard(|| {
+        // SAFETY: by the contract.
+        let w = unsafe { weights_ref(w) }?;
+        let f = f.ok_or_else(|| Fail::null("f"))?;
+        let mut pass = w.weights.pass().keep_pages(keep_pages == 1);
+        if window > 0 {
+            pass = pass.window(window);
+        }
+        for t in pass {
+            let t = t?;
+            let i = w.weights.tensor_index(t.name()).ok_or_else(|| {
+                Fail::new(
+                    WM_ERR_INTERNAL,
+                    format!("tensor '{}' has no index", t.name()),
+                )
+            })?;
+            let d = describe(w, i)?;
+            // SAFETY: the caller promises `f` may be called with `ctx`; `d`
+            // lives for the call.
+            if unsafe { f(ctx, i as u64, &d) } != 0 {
+                return Err(Fail::new(
+                    WM_ERR_CANCELLED,
+                    "the pass was stopped by its callback",
+                ));
+            }
+        }
+        Ok(())
+    })
+}
+
 /// Whether tensor `i` is viewed in place in the file mapping (1) or was
 /// copied into an owned buffer (0; always so in stream mode), in `*out`.
 ///

@@ -599,3 +599,64 @@ fn dequantize_rows_match_the_library() {
         );
     }
 }
+
+/// Collects the indices the pass visits; stops after `stop_after`.
+struct Visits {
+    seen: Vec<u64>,
+    first_bytes: Vec<u8>,
+    stop_after: usize,
+}
+
+unsafe extern "C" fn visit(ctx: *mut c_void, i: u64, t: *const wm_tensor) -> c_int {
+    // SAFETY: `ctx` is the `Visits` the test passed; `t` is valid for the call.
+    let (v, t) = unsafe { (&mut *ctx.cast::<Visits>(), &*t) };
+    v.seen.push(i);
+    if t.nbytes > 0 {
+        // SAFETY: `data` holds `nbytes` resident bytes.
+        v.first_bytes.push(unsafe { *t.data.cast::<u8>() });
+    }
+    c_int::from(v.seen.len() >= v.stop_after)
+}
+
+#[test]
+fn the_pass_visits_every_tensor_in_file_order_and_its_callback_can_stop_it() {
+    let w = load("tiny-llama.gguf", None).unwrap();
+    // SAFETY: live weights.
+    let n = unsafe { wm_tensor_count(w.0) } as usize;
+    let mut v = Visits {
+        seen: Vec::new(),
+        first_bytes: Vec::new(),
+        stop_after: usize::MAX,
+    };
+    // SAFETY: live weights, a callback and its context.
+    let rc = unsafe { wm_pass(w.0, 1 << 20, 0, Some(visit), (&mut v as *mut Visits).cast()) };
+    assert_eq!(rc, WM_OK);
+    assert_eq!(v.seen.len(), n);
+    let mut offsets = Vec::new();
+    for &i in &v.seen {
+        let mut t = std::mem::MaybeUninit::<wm_tensor>::uninit();
+        // SAFETY: live weights, room for a wm_tensor.
+        assert_eq!(unsafe { wm_tensor_at(w.0, i, t.as_mut_ptr()) }, WM_OK);
+        // SAFETY: WM_OK means `*out` was written.
+        offsets.push(unsafe { t.assume_init() }.file_offset);
+    }
+    assert!(offsets.windows(2).all(|p| p[0] <= p[1]), "{offsets:?}");
+    let mut stopped = Visits {
+        seen: Vec::new(),
+        first_bytes: Vec::new(),
+        stop_after: 3,
+    };
+    // SAFETY: as above.
+    let rc = unsafe { wm_pass(w.0, 0, 1, Some(visit), (&mut stopped as *mut Visits).cast()) };
+    assert_eq!(rc, WM_ERR_CANCELLED);
+    assert_eq!(stopped.seen, v.seen[..3]);
+    assert_eq!(
+        stopped.first_bytes,
+        v.first_bytes[..stopped.first_bytes.len()]
+    );
+    // SAFETY: a NULL callback is refused.
+    assert_eq!(
+        unsafe { wm_pass(w.0, 0, 0, None, null_mut()) },
+        WM_ERR_BAD_ARGUMENT
+    );
+}

@@ -3,15 +3,16 @@
  *
  * Usage: ggml_proof MODEL.gguf
  *
- * For each of three loads (weightmap mmap mode; stream mode; hybrid: mmap
+ * For each of four loads (weightmap mmap mode; stream mode; hybrid: mmap
  * with a 64-byte buffer alignment, so that tensors at 32 mod 64 are copied
- * and the rest stay mapped):
- *   - the mapped tensors' span is wrapped with
- *     ggml_backend_cpu_buffer_from_ptr, and each copied tensor's bytes with
- *     a buffer of their own;
- *   - a no_alloc ggml context gets a tensor per weight whose type, ne and
- *     nb come from the C ABI and whose data is weightmap's pointer
- *     (ggml_backend_tensor_alloc);
+ * and the rest stay mapped; upload: mmap, placed in a buffer type of
+ * ggml's own through the bounded pass):
+ *   - wm_ggml_place (weightmap-ggml.h) places every tensor in a no_alloc
+ *     ggml context: the mapped tensors' span wrapped with
+ *     ggml_backend_cpu_buffer_from_ptr, each copied tensor's bytes in a
+ *     buffer of their own, each tensor's data weightmap's pointer
+ *     (ggml_backend_tensor_alloc); for the upload, tensors allocated in
+ *     ggml's buffers and filled by ggml_backend_tensor_set from wm_pass;
  *   - the graph is ggml_mul_mat(W, x) and ggml_get_rows(W, ids) for each
  *     weight;
  *   - every result is compared byte for byte with the same graph on the
@@ -23,10 +24,12 @@
 #include <string.h>
 
 #include "ggml.h"
+#include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "gguf.h"
 #include "weightmap.h"
+#include "weightmap-ggml.h"
 
 #define MAX_T 64
 
@@ -120,14 +123,18 @@ static void reference(const char *path, struct outputs *out) {
     ggml_free(ctx);
 }
 
-static const char *mode_name(uint32_t mode, uint64_t alignment) {
+static const char *mode_name(uint32_t mode, uint64_t alignment, int upload) {
+    if (upload) return "upload";
     if (mode == WM_MODE_STREAM) return "stream";
     return alignment > 32 ? "hybrid" : "mmap";
 }
 
-static void with_weightmap(const char *path, uint32_t mode, uint64_t alignment,
+/* Load with weightmap, place with weightmap-ggml.h (zero-copy on the CPU;
+ * with `upload`, into a buffer type of ggml's own, fed through wm_pass),
+ * compute, and compare with ggml's own load. */
+static void with_weightmap(const char *path, uint32_t mode, uint64_t alignment, int upload,
                            const struct outputs *ref) {
-    const char *label = mode_name(mode, alignment);
+    const char *label = mode_name(mode, alignment, upload);
     wm_options o = wm_options_default();
     o.mode = mode;
     o.alignment = alignment;
@@ -141,48 +148,36 @@ static void with_weightmap(const char *path, uint32_t mode, uint64_t alignment,
 
     wm_tensor t[MAX_T];
     int mapped[MAX_T], n_mapped = 0, n_copied = 0;
-    const char *lo = NULL, *hi = NULL; /* the mapped tensors' span */
     for (int i = 0; i < n; i++) {
         if (wm_tensor_at(wm, (uint64_t)i, &t[i]) != WM_OK || wm_tensor_is_mapped(wm, (uint64_t)i, &mapped[i]) != WM_OK) {
             CHECK(0, "%s: tensor %d: %s", label, i, wm_last_error());
             wm_free(wm);
             return;
         }
-        if (mapped[i]) {
-            const char *b = t[i].data, *e = b + t[i].nbytes;
-            if (!lo || b < lo) lo = b;
-            if (!hi || e > hi) hi = e;
-            n_mapped++;
-        } else {
-            n_copied++;
-        }
+        if (mapped[i]) n_mapped++; else n_copied++;
     }
     if (mode == WM_MODE_STREAM) CHECK(n_mapped == 0, "stream: %d tensors mapped", n_mapped);
     else if (alignment > 32) CHECK(n_mapped > 0 && n_copied > 0, "hybrid: %d mapped, %d copied", n_mapped, n_copied);
-    else CHECK(n_copied == 0, "mmap: %d tensors copied", n_copied);
+    else CHECK(n_copied == 0, "%s: %d tensors copied", label, n_copied);
 
-    /* ggml buffers over weightmap's memory: one over the mapped span, one
-     * per copied tensor. ggml only reads weights; the cast drops const. */
-    ggml_backend_buffer_t bufs[MAX_T + 1];
-    int n_bufs = 0;
-    ggml_backend_buffer_t span = NULL;
-    if (lo) span = bufs[n_bufs++] = ggml_backend_cpu_buffer_from_ptr((void *)lo, (size_t)(hi - lo));
-
-    struct ggml_init_params p = {.mem_size = (size_t)(n + 1) * ggml_tensor_overhead(), .mem_buffer = NULL, .no_alloc = true};
-    struct ggml_context *ctx = ggml_init(p);
+    struct wm_ggml g;
+    rc = wm_ggml_place(wm, upload ? ggml_backend_cpu_buffer_type() : NULL, &g);
+    CHECK(rc == WM_OK, "%s: wm_ggml_place: %d %s", label, rc, wm_last_error());
+    if (rc != WM_OK) { wm_free(wm); return; }
     struct ggml_tensor *w[MAX_T];
     for (int i = 0; i < n; i++) {
-        w[i] = ggml_new_tensor(ctx, (enum ggml_type)t[i].ggml_type, t[i].n_dims, t[i].ne);
-        ggml_set_name(w[i], t[i].name);
+        w[i] = ggml_get_tensor(g.ctx, ref->names[i]);
+        CHECK(w[i] != NULL, "%s: no tensor %s in the context", label, ref->names[i]);
+        if (!w[i]) { wm_ggml_free(&g); wm_free(wm); return; }
+        CHECK(strcmp(t[i].name, ref->names[i]) == 0, "%s: tensor %d is %s, ggml's is %s", label, i, t[i].name, ref->names[i]);
         for (int k = 0; k < 4; k++)
             CHECK((uint64_t)w[i]->nb[k] == t[i].nb[k], "%s: %s nb[%d]: ggml %zu, weightmap %" PRIu64,
                   label, t[i].name, k, w[i]->nb[k], t[i].nb[k]);
         CHECK(ggml_nbytes(w[i]) == t[i].nbytes, "%s: %s nbytes", label, t[i].name);
-        ggml_backend_buffer_t b = span;
-        if (!mapped[i]) b = bufs[n_bufs++] = ggml_backend_cpu_buffer_from_ptr((void *)t[i].data, t[i].nbytes);
-        CHECK(ggml_backend_tensor_alloc(b, w[i], (void *)t[i].data) == GGML_STATUS_SUCCESS, "%s: alloc %s", label, t[i].name);
-        CHECK(w[i]->data == t[i].data, "%s: %s: data is not weightmap's pointer", label, t[i].name);
-        CHECK(strcmp(t[i].name, ref->names[i]) == 0, "%s: tensor %d is %s, ggml's is %s", label, i, t[i].name, ref->names[i]);
+        if (upload)
+            CHECK(w[i]->data != t[i].data, "%s: %s was not uploaded", label, t[i].name);
+        else
+            CHECK(w[i]->data == t[i].data, "%s: %s: data is not weightmap's pointer", label, t[i].name);
     }
 
     struct outputs got;
@@ -195,12 +190,11 @@ static void with_weightmap(const char *path, uint32_t mode, uint64_t alignment,
         CHECK(ok_rows, "%s: get_rows(%s) differs from ggml's own load", label, t[i].name);
         same += ok_mm && ok_rows;
     }
-    printf("%-6s: %d tensors (%d mapped, %d copied, %d ggml buffers from weightmap pointers): "
+    printf("%-6s: %d tensors (%d mapped, %d copied, %d ggml buffers from wm_ggml_place): "
            "%d of %d mul_mat + get_rows results bit-identical to gguf_init_from_file's\n",
-           label, n, n_mapped, n_copied, n_bufs, same, n);
+           label, n, n_mapped, n_copied, g.n_buffers, same, n);
     free_outputs(&got);
-    ggml_free(ctx);
-    for (int i = 0; i < n_bufs; i++) ggml_backend_buffer_free(bufs[i]);
+    wm_ggml_free(&g);
     wm_free(wm);
 }
 
@@ -218,9 +212,10 @@ int main(int argc, char **argv) {
         for (size_t k = 0; k < ref.mm_bytes[i]; k++) nonzero |= ((unsigned char *)ref.mm[i])[k];
         CHECK(nonzero, "reference mul_mat(%s) is all zeros", ref.names[i]);
     }
-    with_weightmap(argv[1], WM_MODE_MMAP, 0, &ref);
-    with_weightmap(argv[1], WM_MODE_STREAM, 0, &ref);
-    with_weightmap(argv[1], WM_MODE_MMAP, 64, &ref);
+    with_weightmap(argv[1], WM_MODE_MMAP, 0, 0, &ref);
+    with_weightmap(argv[1], WM_MODE_STREAM, 0, 0, &ref);
+    with_weightmap(argv[1], WM_MODE_MMAP, 64, 0, &ref);
+    with_weightmap(argv[1], WM_MODE_MMAP, 0, 1, &ref);
     free_outputs(&ref);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
