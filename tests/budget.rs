@@ -237,3 +237,34 @@ fn the_read_ahead_keeps_within_its_window_of_the_first_pass() {
         resident(15)
     );
 }
+
+#[test]
+fn tensors_uploaded_to_a_device_leave_no_pages_of_the_file_behind() {
+    use std::sync::Arc;
+    use weightmap::buffer::{BufferType, SimDeviceBufferType};
+    let dir = tempfile::tempdir().unwrap();
+    let path = model(dir.path(), 8, 1);
+    let device: Arc<dyn BufferType> = Arc::new(SimDeviceBufferType::new(256, usize::MAX).unwrap());
+    for mode in [LoadMode::Mmap, LoadMode::Stream] {
+        weightmap::evict(&path).unwrap();
+        let d = Arc::clone(&device);
+        let opts = LoadOptions::default()
+            .mode(mode)
+            .route(move |t| t.name.starts_with('t').then(|| Arc::clone(&d)));
+        let w = load(&path, &opts).unwrap();
+        assert_eq!(w.report().bytes_copied, 8 * MIB as u64, "{mode:?}");
+        // The header's pages may stay; the 8 MiB of tensor data may not.
+        let cached = weightmap::file_residency(&path).unwrap();
+        assert!(
+            cached.resident_pages * 4096 < MIB as u64,
+            "{mode:?}: {} pages of the file cached after the upload",
+            cached.resident_pages
+        );
+        for i in 0..8 {
+            assert_eq!(
+                w.tensor(&format!("t{i}")).unwrap().to_vec().unwrap(),
+                vec![i as u8; MIB]
+            );
+        }
+    }
+}

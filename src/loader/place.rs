@@ -418,6 +418,10 @@ pub(crate) fn copy_group(
                     .read_at(&mut staging[..n], infos.file_range(i).start + done as u64)
                     .map_err(|e| Error::io("read", ctx.path, e))?;
                 buffer.set(p.offset + done, &staging[..n])?;
+                // Uploaded: the host keeps neither a copy nor the file's
+                // pages, so it never holds the model twice.
+                ctx.src
+                    .drop_cached(infos.file_range(i).start + done as u64, n as u64);
                 done += n;
                 if !ctx.progress.add(n as u64) {
                     return Err(Error::Cancelled);

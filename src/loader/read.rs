@@ -152,6 +152,14 @@ pub(crate) enum ReadSrc<'a> {
 }
 
 impl ReadSrc<'_> {
+    /// Drop `[off, off + len)` from the page cache, when the source is a
+    /// file: bytes uploaded to a device are not kept on the host.
+    pub(crate) fn drop_cached(&self, off: u64, len: u64) {
+        if let ReadSrc::File { file, base } = *self {
+            crate::os::drop_cached(file, base + off, len);
+        }
+    }
+
     /// Fill `buf` from offset `off` of the model.
     pub(crate) fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
         match *self {

@@ -494,6 +494,26 @@ pub fn evict(path: &Path) -> io::Result<()> {
     Err(io::Error::from(io::ErrorKind::Unsupported))
 }
 
+/// Drop `[offset, offset + len)` of `file` from the page cache
+/// (`POSIX_FADV_DONTNEED`): for bytes read once and uploaded elsewhere,
+/// which the host need not keep. Advisory; a no-op where the platform has no
+/// `posix_fadvise`.
+pub(crate) fn drop_cached(file: &File, offset: u64, len: u64) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use std::os::fd::AsRawFd;
+        let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+            return;
+        };
+        // SAFETY: posix_fadvise only reads its integer arguments; an invalid
+        // descriptor or range is reported as an error code.
+        let _ =
+            unsafe { libc::posix_fadvise(file.as_raw_fd(), off, len, libc::POSIX_FADV_DONTNEED) };
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = (file, offset, len);
+}
+
 /// Turn off the kernel's read-ahead on `file`'s descriptor
 /// (`POSIX_FADV_RANDOM`), so that reading its header caches the header's
 /// pages only: for a load whose tensors are read with direct I/O. Advisory;
