@@ -57,3 +57,14 @@ pub(crate) fn check(
         _ => Ok(()),
     }
 }
+
+/// Refuse `needed` bytes for `what` when the system's budget now holds
+/// fewer: for copies made after the load, outside its options.
+pub(crate) fn check_now(needed: u64, what: &'static str) -> Result<()> {
+    check(
+        needed,
+        what,
+        &current(&LoadOptions::default()),
+        &LoadOptions::default(),
+    )
+}

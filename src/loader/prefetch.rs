@@ -24,9 +24,9 @@
 //! evict what was read before the first pass gets there. The prefetch then
 //! follows the pass instead ([`PrefetchDecision::Windowed`]): it queues
 //! reads (`MADV_WILLNEED`) at most a window ahead of the first page the pass
-//! has not yet mapped (told by `/proc/self/pagemap`), the window being the
-//! share of the budget, so the pass finds its pages read and the page cache
-//! holds no more than the window ahead of it.
+//! has not yet mapped (told by `/proc/self/pagemap`), the window being half
+//! the prefetch's share of the budget, so the pass finds its pages read and
+//! the page cache holds no more than the window ahead of it.
 //!
 //! llama.cpp, by default, reads the whole file before its load returns
 //! (`MAP_POPULATE` plus `MADV_WILLNEED`, whatever memory is free; its
@@ -576,7 +576,7 @@ impl Prefetcher {
     }
 
     /// A read-ahead that follows the first pass ([`read_ahead_of_pass`]),
-    /// `max_percent` of `budget` ahead of it.
+    /// half of `max_percent` of `budget` ahead of it.
     fn start_windowed(
         map: &Arc<Mapping>,
         ranges: Vec<(usize, usize)>,
@@ -584,7 +584,9 @@ impl Prefetcher {
         max_percent: u8,
     ) -> (Option<Prefetcher>, PrefetchDecision) {
         let bytes = total_of(&ranges);
-        let window = (u128::from(budget) * u128::from(max_percent) / 100) as u64;
+        // Half the prefetch's share: the pass's own pages, and what the
+        // kernel has not yet reclaimed behind it, take the rest.
+        let window = (u128::from(budget) * u128::from(max_percent) / 200) as u64;
         let pages = match PageMap::open() {
             Ok(p) => p,
             Err(e) => {
@@ -720,7 +722,8 @@ mod tests {
         let (_f, map) = mapped_file(3 * CHUNK);
         let len = map.len();
         // 3 chunks against 4 chunks available at 50%: too large to read
-        // ahead whole, so the read-ahead follows the pass within 2 chunks.
+        // ahead whole, so the read-ahead follows the pass within a chunk
+        // (half of the 50% share).
         let (p, d) = Prefetcher::start(
             &map,
             vec![(0, len)],
@@ -731,7 +734,7 @@ mod tests {
         assert!(p.is_some());
         assert!(
             matches!(d, PrefetchDecision::Windowed { bytes, budget, window }
-                if bytes == len as u64 && budget == 4 * CHUNK as u64 && window == 2 * CHUNK as u64),
+                if bytes == len as u64 && budget == 4 * CHUNK as u64 && window == CHUNK as u64),
             "{d:?}"
         );
         drop(p);

@@ -103,11 +103,17 @@ impl<'w> TensorRef<'w> {
     }
 
     /// An owned, writable copy in a CPU buffer (for a runtime that must
-    /// rewrite a weight: fusing batch-norm, repacking).
+    /// rewrite a weight: fusing batch-norm, repacking). A copy of 1 MiB or
+    /// more is first held to the memory budget as it is now (smaller ones
+    /// are not worth reading the cgroup files for).
     ///
     /// # Errors
-    /// [`Error::Alloc`], or as [`Buffer::get`].
+    /// [`Error::OverBudget`], [`Error::Alloc`], or as [`Buffer::get`].
     pub fn to_owned_tensor(&self) -> Result<OwnedTensor> {
+        const CHECKED_FROM: usize = 1 << 20;
+        if self.placement.len >= CHECKED_FROM {
+            super::budget::check_now(self.placement.len as u64, "an owned copy of the tensor")?;
+        }
         let mut buf = CpuBufferType::new().alloc(self.placement.len)?;
         self.buffer.get(self.placement.offset, buf.bytes_mut())?;
         Ok(OwnedTensor {
