@@ -24,17 +24,6 @@ fn testdata(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn fixtures() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(testdata(""))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
-        .collect();
-    v.sort();
-    assert!(v.len() >= 4, "the committed GGUF fixtures: {v:?}");
-    v
-}
-
 fn ggml(bytes: &[u8]) -> weightmap::Result<GgmlSummary> {
     let file = GgufHeader::parse(bytes).expect("weightmap's default rules accept the file");
     check_ggml(&file, &file.metadata_in(bytes))
@@ -52,7 +41,7 @@ fn refused(bytes: &[u8]) -> (GgmlRule, String) {
 
 #[test]
 fn committed_fixtures_pass_ggml_rules() {
-    for p in fixtures() {
+    for p in common::gguf_fixtures(&testdata("")) {
         let bytes = std::fs::read(&p).unwrap();
         let s = ggml(&bytes).unwrap_or_else(|e| panic!("{p:?}: {e}"));
         let h = GgufHeader::parse(&bytes).unwrap();

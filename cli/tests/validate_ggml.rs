@@ -17,17 +17,6 @@ fn testdata(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn fixtures() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(testdata(""))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
-        .collect();
-    v.sort();
-    assert!(v.len() >= 4, "the committed GGUF fixtures: {v:?}");
-    v
-}
-
 fn run(args: &[&std::ffi::OsStr]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_weightmap"))
         .args(args)
@@ -83,7 +72,7 @@ fn assert_cli_ggml_refuses(path: &Path, rule: GgmlRule, detail_part: &str) {
 
 #[test]
 fn cli_fixtures_would_load() {
-    for p in fixtures() {
+    for p in common::gguf_fixtures(&testdata("")) {
         let (code, out, err) = validate(&p, true);
         assert_eq!(code, Some(0), "{p:?}: {err}");
         assert!(out.starts_with("ok: gguf"), "{out}");

@@ -586,3 +586,15 @@ pub fn unpadded() -> Vec<u8> {
         .build();
     built.truncated(built.tensor_end(0))
 }
+
+/// The committed GGUF fixtures in `testdata` (a folder), sorted.
+pub fn gguf_fixtures(testdata: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<std::path::PathBuf> = std::fs::read_dir(testdata)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
+        .collect();
+    v.sort();
+    assert!(v.len() >= 4, "the committed GGUF fixtures: {v:?}");
+    v
+}
