@@ -240,6 +240,22 @@ int wm_mode_used(const struct wm_weights *w);
 const char *wm_fallback_reason(const struct wm_weights *w);
 
 /**
+ * The memory budget the load was held to, in `*bytes` (what the process
+ * could still use: MemAvailable, or a memory cgroup's limit less its usage,
+ * whichever is less), and in `*source` where that figure came from
+ * (`"MemAvailable"`, `"cgroup v1 /NAME memory.limit_in_bytes"`, ...),
+ * valid until [`wm_free`]. `source` may be NULL.
+ *
+ * Returns [`WM_OK`], [`WM_ERR_NOT_FOUND`] when no figure could be read
+ * (`*source` still says why), [`WM_ERR_BAD_ARGUMENT`] (NULL `w` or `bytes`).
+ *
+ * # Safety
+ * `w` is NULL or a live pointer from [`wm_load`]; `bytes` is NULL or valid
+ * for writing a `uint64_t`; `source` is NULL or valid for writing a pointer.
+ */
+int wm_budget(const struct wm_weights *w, uint64_t *bytes, const char **source);
+
+/**
  * Number of tensors; 0 for NULL.
  *
  * # Safety

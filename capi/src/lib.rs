@@ -83,6 +83,8 @@ pub struct wm_weights {
     names: Vec<Box<[u8]>>,
     /// Why the mapped path was not used, NUL-terminated.
     fallback: Option<Box<[u8]>>,
+    /// Where the load's memory budget came from, NUL-terminated.
+    budget_source: Box<[u8]>,
     /// NUL-terminated copies of metadata strings handed out, so that each
     /// pointer stays valid (and the same) until `wm_free`.
     strings: Mutex<StringCache>,
@@ -397,7 +399,9 @@ fn build(weights: Weights) -> Result<wm_weights, Fail> {
         .fallback
         .as_ref()
         .map(|r| nul_terminated(format!("{}: {r}", r.name()).as_bytes()));
+    let budget_source = nul_terminated(weights.report().budget.source.as_bytes());
     Ok(wm_weights {
+        budget_source,
         weights,
         names,
         fallback,
@@ -522,6 +526,46 @@ pub unsafe extern "C" fn wm_fallback_reason(w: *const wm_weights) -> *const c_ch
                 .map_or(std::ptr::null(), |b| b.as_ptr().cast()),
             Err(_) => std::ptr::null(),
         }
+    })
+}
+
+/// The memory budget the load was held to, in `*bytes` (what the process
+/// could still use: MemAvailable, or a memory cgroup's limit less its usage,
+/// whichever is less), and in `*source` where that figure came from
+/// (`"MemAvailable"`, `"cgroup v1 /NAME memory.limit_in_bytes"`, ...),
+/// valid until [`wm_free`]. `source` may be NULL.
+///
+/// Returns [`WM_OK`], [`WM_ERR_NOT_FOUND`] when no figure could be read
+/// (`*source` still says why), [`WM_ERR_BAD_ARGUMENT`] (NULL `w` or `bytes`).
+///
+/// # Safety
+/// `w` is NULL or a live pointer from [`wm_load`]; `bytes` is NULL or valid
+/// for writing a `uint64_t`; `source` is NULL or valid for writing a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn wm_budget(
+    w: *const wm_weights,
+    bytes: *mut u64,
+    source: *mut *const c_char,
+) -> c_int {
+    guard(|| {
+        // SAFETY: by the contract.
+        let w = unsafe { weights_ref(w) }?;
+        if bytes.is_null() {
+            return Err(Fail::null("bytes"));
+        }
+        if !source.is_null() {
+            // SAFETY: by the contract, `source` is valid for writing.
+            unsafe { source.write(w.budget_source.as_ptr().cast()) };
+        }
+        let b = w
+            .weights
+            .report()
+            .budget
+            .bytes
+            .ok_or_else(|| Fail::new(WM_ERR_NOT_FOUND, "no memory budget could be read"))?;
+        // SAFETY: by the contract, `bytes` is valid for writing.
+        unsafe { bytes.write(b) };
+        Ok(())
     })
 }
 

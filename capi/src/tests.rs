@@ -660,3 +660,23 @@ fn the_pass_visits_every_tensor_in_file_order_and_its_callback_can_stop_it() {
         WM_ERR_BAD_ARGUMENT
     );
 }
+
+#[test]
+fn the_budget_the_load_was_held_to_is_readable_from_c() {
+    let w = load("tiny-llama.gguf", None).unwrap();
+    let (mut bytes, mut source) = (0u64, null());
+    // SAFETY: live weights and room for both outputs.
+    assert_eq!(unsafe { wm_budget(w.0, &mut bytes, &mut source) }, WM_OK);
+    assert!(bytes > 0);
+    // SAFETY: a C string valid until wm_free.
+    let source = unsafe { CStr::from_ptr(source) }.to_str().unwrap();
+    assert!(
+        source == "MemAvailable" || source.starts_with("cgroup v"),
+        "{source}"
+    );
+    // SAFETY: a NULL `bytes` is refused.
+    assert_eq!(
+        unsafe { wm_budget(w.0, null_mut(), null_mut()) },
+        WM_ERR_BAD_ARGUMENT
+    );
+}
