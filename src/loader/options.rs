@@ -235,6 +235,21 @@ impl LoadOptions {
         self
     }
 
+    /// The memory budget to hold the load to, in bytes, instead of the one
+    /// read from the system (default: read; see [`crate::Budget`]).
+    pub fn budget(mut self, bytes: u64) -> Self {
+        self.budget = Some(bytes);
+        self
+    }
+
+    /// Go ahead with copies and locks larger than the memory budget
+    /// (default off: they are refused with [`crate::Error::OverBudget`]).
+    /// The prefetch still keeps to the budget.
+    pub fn ignore_budget(mut self, yes: bool) -> Self {
+        self.ignore_budget = yes;
+        self
+    }
+
     /// Called with `(bytes_done, bytes_total)` as tensors are read (the
     /// stream path, copies, and the mapped path's prefetch); returning
     /// `Break` cancels the load with [`crate::Error::Cancelled`] (or stops a
@@ -274,20 +289,5 @@ impl LoadOptions {
             Some(bt) => Cow::Owned(bt),
             None => Cow::Borrowed(&self.buffer_type),
         }
-    }
-
-    /// The memory budget to hold the load to, in bytes, instead of the one
-    /// read from the system (default: read; see [`crate::Budget`]).
-    pub fn budget(mut self, bytes: u64) -> Self {
-        self.budget = Some(bytes);
-        self
-    }
-
-    /// Go ahead with copies and locks larger than the memory budget
-    /// (default off: they are refused with [`crate::Error::OverBudget`]).
-    /// The prefetch still keeps to the budget.
-    pub fn ignore_budget(mut self, yes: bool) -> Self {
-        self.ignore_budget = yes;
-        self
     }
 }
