@@ -347,6 +347,7 @@ unsafe fn map_source(
             &map,
             ranges,
             max_percent,
+            budget.bytes,
             super::budget::reader(opts),
             opts.progress.clone(),
         ),

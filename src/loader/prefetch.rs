@@ -527,17 +527,19 @@ pub(crate) struct Prefetcher {
 }
 
 impl Prefetcher {
-    /// Decide with `mem` (the memory budget's reader) and, if the region
-    /// fits, start the thread.
+    /// Decide against `budget` (the load's, read when it started) and, if
+    /// the region fits, start the thread, which re-reads the budget with
+    /// `mem` as it goes.
     pub(crate) fn start(
         map: &Arc<Mapping>,
         ranges: Vec<(usize, usize)>,
         max_percent: u8,
+        budget: Option<u64>,
         mem: MemReader,
         progress: Option<ProgressFn>,
     ) -> (Option<Prefetcher>, PrefetchDecision) {
         let bytes = total_of(&ranges);
-        let avail = match decide(bytes, mem(), max_percent) {
+        let avail = match decide(bytes, budget, max_percent) {
             Ok(a) => a,
             Err(SkipReason::TooLarge { budget, .. }) => {
                 return Prefetcher::start_windowed(map, ranges, budget, max_percent)
@@ -728,6 +730,7 @@ mod tests {
             &map,
             vec![(0, len)],
             50,
+            Some(4 * CHUNK as u64),
             Arc::new(|| Some(4 * CHUNK as u64)),
             None,
         );
@@ -738,7 +741,7 @@ mod tests {
             "{d:?}"
         );
         drop(p);
-        let (p, d) = Prefetcher::start(&map, vec![(0, len)], 50, Arc::new(|| None), None);
+        let (p, d) = Prefetcher::start(&map, vec![(0, len)], 50, None, Arc::new(|| None), None);
         assert!(p.is_none());
         assert_eq!(d, PrefetchDecision::Skipped(SkipReason::MemoryUnknown));
         // Against 8 chunks it fits and runs to the end.
@@ -746,6 +749,7 @@ mod tests {
             &map,
             vec![(0, len)],
             50,
+            Some(8 * CHUNK as u64),
             Arc::new(|| Some(8 * CHUNK as u64)),
             None,
         );
@@ -769,7 +773,14 @@ mod tests {
         }
         let (_f, map) = mapped_file(RECHECK + 2 * CHUNK);
         let len = map.len();
-        let (p, _) = Prefetcher::start(&map, vec![(0, len)], 50, Arc::new(shrinking), None);
+        let (p, _) = Prefetcher::start(
+            &map,
+            vec![(0, len)],
+            50,
+            shrinking(),
+            Arc::new(shrinking),
+            None,
+        );
         let done = p.unwrap().wait();
         assert_eq!(done.state, PrefetchState::StoppedForMemory);
         assert!(done.bytes_done >= RECHECK as u64 && done.bytes_done < len as u64);
@@ -783,6 +794,7 @@ mod tests {
             &map,
             vec![(0, len)],
             100,
+            Some(u64::MAX / 200),
             Arc::new(|| Some(u64::MAX / 200)),
             None,
         );

@@ -134,7 +134,14 @@ enum Read {
 }
 
 fn read_text(path: &Path) -> Read {
-    match std::fs::read_to_string(path) {
+    use std::io::Read as _;
+    // /proc and /sys files report a size of 0, so `read_to_string` would
+    // start from a tiny buffer and take many reads: these files fit in 4 KiB.
+    let read = std::fs::File::open(path).and_then(|mut f| {
+        let mut text = String::with_capacity(4096);
+        f.read_to_string(&mut text).map(|_| text)
+    });
+    match read {
         Ok(t) => Read::Text(t),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Read::Absent,
         Err(e) => Read::Failed(e.to_string()),
@@ -300,6 +307,10 @@ impl Reader<'_> {
             );
         }
         let top = self.file(&mount.point);
+        // v1 ancestors passed over without reading whether they count their
+        // children: that matters only once one of them, or one above, has a
+        // limit (and mostly none has: the file is then never read).
+        let mut unchecked: Vec<PathBuf> = Vec::new();
         // From the process's cgroup up to the mount's root: the ancestors
         // above it are not visible.
         for depth in (0..=parts.len()).rev() {
@@ -315,15 +326,34 @@ impl Reader<'_> {
             } else {
                 shown
             };
-            if depth < parts.len() && version == Version::V1 && !self.v1_charges_children(&dir) {
-                // This ancestor does not count its children's usage, so
+            if depth < parts.len() && version == Version::V1 {
+                unchecked.push(dir.clone());
+                if !self.v1_has_limit(&dir) {
+                    continue;
+                }
+                // An ancestor that does not count its children's usage:
                 // neither its limit nor any above it applies to us.
-                break;
+                if !std::mem::take(&mut unchecked)
+                    .iter()
+                    .all(|d| self.v1_charges_children(d))
+                {
+                    break;
+                }
             }
             if depth == parts.len() && !dir.is_dir() {
                 self.note(&dir, "cgroup directory not found");
             }
             self.limits_of(version, &dir, shown);
+        }
+    }
+
+    /// Whether a v1 cgroup sets a memory limit (a file that cannot be read
+    /// or parsed counts as one, so that `limits_of` notes it).
+    fn v1_has_limit(&self, dir: &Path) -> bool {
+        match read_text(&dir.join("memory.limit_in_bytes")) {
+            Read::Absent => false,
+            Read::Text(t) => !matches!(parse_limit(Version::V1, &t), Ok(None)),
+            Read::Failed(_) => true,
         }
     }
 
