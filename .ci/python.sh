@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The Python bindings (python/): build them with maturin through pip into a
+# venv under target/, then run their tests against the committed fixtures,
+# with the reference readers (gguf-py, safetensors) as oracles.
+# Exits non-zero on any failure, "no tests collected" (pytest's 5) included.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+VENV="$ROOT/target/python-venv"
+PY="${PYTHON:-python3}"
+
+# python3 -m venv needs ensurepip, which Debian ships as python3-venv.
+if [ ! -x "$VENV/bin/python" ]; then
+  rm -rf "$VENV"
+  if ! "$PY" -m venv "$VENV" >/dev/null 2>&1; then
+    rm -rf "$VENV"
+    echo "== python3 -m venv failed: installing python3-venv"
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get update -qq
+      ver=$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+      apt-get install -y -qq "python${ver}-venv" >/dev/null 2>&1 || apt-get install -y -qq python3-venv
+    else
+      echo "python3 -m venv does not work and python3-venv cannot be installed (not root or no apt-get)" >&2
+      exit 1
+    fi
+    "$PY" -m venv "$VENV"
+  fi
+fi
+
+echo "== pip install maturin numpy pytest gguf safetensors ml_dtypes"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
+# gguf 0.19.0 made the fixtures (testdata/README.md): the oracle is pinned to it.
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check \
+  "maturin>=1.5,<2" numpy pytest "gguf==0.19.0" safetensors ml_dtypes
+
+echo "== pip install ./python (maturin builds the extension)"
+# Build outside python/ so that repeated runs reuse the compiled crates.
+export CARGO_TARGET_DIR="$ROOT/target/python"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps ./python
+
+echo "== pytest python/tests"
+# Run from python/tests' parent with the installed module (not a source tree).
+set +e
+(cd "$ROOT/python" && "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests)
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "pytest collected no tests: failing" >&2
+  exit 1
+fi
+exit "$rc"

@@ -1,0 +1,65 @@
+"""Type stubs of the weightmap extension module."""
+
+import os
+from types import TracebackType
+from typing import Any, Dict, Iterator, List, Literal, Optional, Tuple, Type, Union
+
+import numpy as np
+
+__version__: str
+
+class Error(ValueError):
+    """An error from weightmap (invalid file, unsupported operation, refused copy)."""
+
+    kind: str
+    """Its category: "invalid_file", "unsupported", "out_of_memory", ..."""
+    name: str
+    """The error's stable name, e.g. "truncated"."""
+
+MetadataValue = Union[str, bytes, int, float, bool, List["MetadataValue"]]
+
+class Weights:
+    """A loaded model, made by `open`. Arrays from it outlive it."""
+
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def mode(self) -> Literal["mmap", "stream"]: ...
+    @property
+    def format(self) -> Literal["gguf", "safetensors"]: ...
+    def keys(self) -> List[str]:
+        """Tensor names in file order."""
+    def __len__(self) -> int: ...
+    def __contains__(self, name: str) -> bool: ...
+    def __iter__(self) -> Iterator[str]: ...
+    def __getitem__(self, name: str) -> np.ndarray: ...
+    def get_tensor(self, name: str) -> np.ndarray:
+        """The tensor's bytes as a read-only, zero-copy array (KeyError if absent)."""
+    def get_f32(self, name: str) -> np.ndarray:
+        """A new float32 array of the tensor's element shape, dequantized."""
+    def metadata(self) -> Dict[str, MetadataValue]:
+        """GGUF key/values, or the safetensors __metadata__ map."""
+    def info(self, name: str) -> Dict[str, Any]:
+        """name, type, ggml_type, shape (numpy order), ne (ggml order), nbytes,
+        offset, file_offset, block_size, type_size."""
+    def report(self) -> Dict[str, Any]:
+        """format, mode_requested, mode_used, fallback, fallback_detail,
+        tensors_count, tensors_mapped, tensors_copied, bytes_mapped,
+        bytes_copied, file_len, shards, budget_bytes, budget_source."""
+    def close(self) -> None: ...
+    def __enter__(self) -> "Weights": ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
+
+def open(
+    path: Union[str, "os.PathLike[str]"], mode: Literal["mmap", "stream"] = "mmap"
+) -> Weights:
+    """Open a GGUF or safetensors model (a file, any shard of a split GGUF, a
+    *.safetensors.index.json, or a directory). In mmap mode the files must
+    not change while the handle or any array from it lives."""
