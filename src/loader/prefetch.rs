@@ -719,6 +719,23 @@ mod tests {
         (f, Arc::new(map))
     }
 
+    /// A prefetch of all of `map` held to a budget that stays `budget`.
+    fn start_with(
+        map: &Arc<Mapping>,
+        max_percent: u8,
+        budget: Option<u64>,
+    ) -> (Option<Prefetcher>, PrefetchDecision) {
+        let ranges = vec![(0, map.len())];
+        Prefetcher::start(
+            map,
+            ranges,
+            max_percent,
+            budget,
+            Arc::new(move || budget),
+            None,
+        )
+    }
+
     #[test]
     fn the_policy_follows_the_injected_available_memory() {
         let (_f, map) = mapped_file(3 * CHUNK);
@@ -726,14 +743,7 @@ mod tests {
         // 3 chunks against 4 chunks available at 50%: too large to read
         // ahead whole, so the read-ahead follows the pass within a chunk
         // (half of the 50% share).
-        let (p, d) = Prefetcher::start(
-            &map,
-            vec![(0, len)],
-            50,
-            Some(4 * CHUNK as u64),
-            Arc::new(|| Some(4 * CHUNK as u64)),
-            None,
-        );
+        let (p, d) = start_with(&map, 50, Some(4 * CHUNK as u64));
         assert!(p.is_some());
         assert!(
             matches!(d, PrefetchDecision::Windowed { bytes, budget, window }
@@ -741,18 +751,11 @@ mod tests {
             "{d:?}"
         );
         drop(p);
-        let (p, d) = Prefetcher::start(&map, vec![(0, len)], 50, None, Arc::new(|| None), None);
+        let (p, d) = start_with(&map, 50, None);
         assert!(p.is_none());
         assert_eq!(d, PrefetchDecision::Skipped(SkipReason::MemoryUnknown));
         // Against 8 chunks it fits and runs to the end.
-        let (p, d) = Prefetcher::start(
-            &map,
-            vec![(0, len)],
-            50,
-            Some(8 * CHUNK as u64),
-            Arc::new(|| Some(8 * CHUNK as u64)),
-            None,
-        );
+        let (p, d) = start_with(&map, 50, Some(8 * CHUNK as u64));
         assert_eq!(d.name(), "background");
         let p = p.unwrap();
         let done = p.wait();
@@ -789,15 +792,7 @@ mod tests {
     #[test]
     fn drop_stops_and_joins_the_thread() {
         let (_f, map) = mapped_file(4 * CHUNK);
-        let len = map.len();
-        let (p, _) = Prefetcher::start(
-            &map,
-            vec![(0, len)],
-            100,
-            Some(u64::MAX / 200),
-            Arc::new(|| Some(u64::MAX / 200)),
-            None,
-        );
+        let (p, _) = start_with(&map, 100, Some(u64::MAX / 200));
         let p = p.unwrap();
         let shared = Arc::clone(&p.shared);
         drop(p);
