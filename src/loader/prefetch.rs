@@ -547,13 +547,30 @@ impl Prefetcher {
             Err(r) => return (None, PrefetchDecision::Skipped(r)),
         };
         let shared = Arc::new(Shared::new(bytes));
-        let (m, s) = (Arc::clone(map), Arc::clone(&shared));
+        let m = Arc::clone(map);
+        let decision = PrefetchDecision::Background {
+            bytes,
+            budget: avail,
+            max_percent,
+        };
+        Prefetcher::spawn(shared, decision, move |s| {
+            read_in_order(&m, &ranges, s, Some((mem, max_percent)), progress.as_ref())
+        })
+    }
+
+    /// Start the thread that runs `read` (returning its final state), and
+    /// report `decision` for it, or why it could not start.
+    fn spawn(
+        shared: Arc<Shared>,
+        decision: PrefetchDecision,
+        read: impl FnOnce(&Shared) -> u8 + Send + 'static,
+    ) -> (Option<Prefetcher>, PrefetchDecision) {
+        let s = Arc::clone(&shared);
         let spawned = std::thread::Builder::new()
             .name("weightmap-prefetch".into())
             .stack_size(64 << 10)
             .spawn(move || {
-                let state =
-                    read_in_order(&m, &ranges, &s, Some((mem, max_percent)), progress.as_ref());
+                let state = read(&s);
                 s.finish(state);
             });
         match spawned {
@@ -562,11 +579,7 @@ impl Prefetcher {
                     shared,
                     handle: Some(handle),
                 }),
-                PrefetchDecision::Background {
-                    bytes,
-                    budget: avail,
-                    max_percent,
-                },
+                decision,
             ),
             Err(e) => (
                 None,
@@ -602,34 +615,16 @@ impl Prefetcher {
         };
         let shared = Arc::new(Shared::new(bytes));
         shared.follows_pass.store(true, Ordering::Relaxed);
-        let (m, s) = (Arc::clone(map), Arc::clone(&shared));
+        let m = Arc::clone(map);
         let w = usize::try_from(window).unwrap_or(usize::MAX);
-        let spawned = std::thread::Builder::new()
-            .name("weightmap-prefetch".into())
-            .stack_size(64 << 10)
-            .spawn(move || {
-                let state = read_ahead_of_pass(&m, &ranges, &s, w, &pages);
-                s.finish(state);
-            });
-        match spawned {
-            Ok(handle) => (
-                Some(Prefetcher {
-                    shared,
-                    handle: Some(handle),
-                }),
-                PrefetchDecision::Windowed {
-                    bytes,
-                    budget,
-                    window,
-                },
-            ),
-            Err(e) => (
-                None,
-                PrefetchDecision::Skipped(SkipReason::Spawn {
-                    error: e.to_string(),
-                }),
-            ),
-        }
+        let decision = PrefetchDecision::Windowed {
+            bytes,
+            budget,
+            window,
+        };
+        Prefetcher::spawn(shared, decision, move |s| {
+            read_ahead_of_pass(&m, &ranges, s, w, &pages)
+        })
     }
 
     /// Ask the thread to stop reading ahead (it stops within one chunk and
