@@ -239,6 +239,36 @@ fn the_read_ahead_keeps_within_its_window_of_the_first_pass() {
 }
 
 #[test]
+fn the_read_ahead_drops_what_the_first_pass_left_a_window_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    // 16 tensors of 4 MiB; a budget of 32 MiB gives a window of 8 MiB.
+    let path = model(dir.path(), 16, 4);
+    weightmap::evict(&path).unwrap();
+    let w = load(&path, &LoadOptions::default().budget(32 * MIB as u64)).unwrap();
+    assert_eq!(w.report().prefetch.name(), "windowed");
+    let resident = |i: usize| {
+        w.residency(&format!("t{i}"))
+            .unwrap()
+            .expect("mapped")
+            .fraction()
+    };
+    // A first pass over tensors 0..12 (48 MiB in).
+    for i in 0..12 {
+        let bytes = w.tensor(&format!("t{i}")).unwrap().host_bytes().unwrap();
+        assert!(bytes.iter().step_by(4096).all(|&b| b == i as u8));
+    }
+    // Tensors 0..8 end 16 MiB behind its front, past the 8 MiB window.
+    assert!(
+        eventually(Duration::from_secs(20), || (0..8)
+            .all(|i| resident(i) < 0.1)),
+        "pages far behind the pass stayed: {:?}",
+        (0..12).map(resident).collect::<Vec<_>>()
+    );
+    // What is within the window behind it stays.
+    assert!(resident(11) > 0.9, "{}", resident(11));
+}
+
+#[test]
 fn tensors_uploaded_to_a_device_leave_no_pages_of_the_file_behind() {
     use std::sync::Arc;
     use weightmap::buffer::{BufferType, SimDeviceBufferType};

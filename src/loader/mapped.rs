@@ -234,6 +234,9 @@ unsafe fn map_source(
         placed.push(buffer, &[], Vec::new(), PlacementKind::Mapped);
     }
     let mut ranges: Vec<(usize, usize)> = Vec::new();
+    // The same without the tables read by row: what a first pass goes
+    // through in order.
+    let mut in_order: Vec<(usize, usize)> = Vec::new();
     for g in &mapped {
         let span_start = g
             .tensors
@@ -256,10 +259,11 @@ unsafe fn map_source(
         let buffer = g.bt.buffer_from_host_ptr(region, least)?;
         placed.push_with(buffer, &g.tensors, PlacementKind::Mapped, |i, buffer| {
             let t = infos.at(i);
-            push_range(
-                &mut ranges,
-                (t.file_offset as usize, t.file_range().end as usize),
-            )?;
+            let r = (t.file_offset as usize, t.file_range().end as usize);
+            push_range(&mut ranges, r)?;
+            if random_access.binary_search(&i).is_err() {
+                push_range(&mut in_order, r)?;
+            }
             place(
                 buffer,
                 t.name,
@@ -346,6 +350,7 @@ unsafe fn map_source(
         Prefetch::Background { max_percent } => Prefetcher::start(
             &map,
             ranges,
+            merge(in_order),
             max_percent,
             budget.bytes,
             super::budget::reader(opts),

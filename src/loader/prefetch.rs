@@ -452,21 +452,33 @@ const STEP: usize = 2 << 20;
 const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Queue reads of `ranges` in file order, at most `window` bytes ahead of
-/// the first page of the region not yet mapped by this process (the front of
-/// a first pass), until the end, a stop, or an error reading the page map.
-/// Pages are read into the page cache only (`MADV_WILLNEED`), never mapped,
-/// so that the page map keeps telling where the pass is.
+/// the first page of `follow` (the ranges a first pass goes through in
+/// order) not yet mapped by this process (the front of the pass), and drop
+/// the pages of `ranges` more than `window` behind it, until the
+/// end, a stop, or an error reading the page map. Pages are read into the
+/// page cache only (`MADV_WILLNEED`), never mapped, so that the page map
+/// keeps telling where the pass is.
+///
+/// The region does not fit in the budget, so pages behind the pass go
+/// anyway; dropped here, in bulk (`MADV_DONTNEED`, `POSIX_FADV_DONTNEED`),
+/// they cost a small part of what the cgroup's reclaim pays for each mapped
+/// page it takes (a reverse-map walk and a TLB flush on every CPU), and the
+/// pass never waits for reclaim.
 fn read_ahead_of_pass(
     map: &Mapping,
     ranges: &[(usize, usize)],
+    follow: &[(usize, usize)],
     shared: &Shared,
     window: usize,
     pages: &PageMap,
 ) -> u8 {
     let base = map.addr();
     let mut done = 0u64;
-    // The pass's front, as an offset in the map: it only moves forward.
-    let (mut front, mut r) = (ranges.first().map_or(0, |r| r.0), 0);
+    // The pass's front, as an offset in the map: it only moves forward, and
+    // only through `follow`, so a table read by row, whose pages a pass
+    // mostly leaves unmapped, does not hold it back.
+    let (mut front, mut r) = (follow.first().map_or(0, |r| r.0), 0);
+    let mut behind = Behind::new(ranges);
     for &(start, end) in ranges {
         let mut pos = start;
         while pos < end {
@@ -475,8 +487,8 @@ fn read_ahead_of_pass(
                     return STOPPED_DROP;
                 }
                 // Move the front over every step the pass has mapped.
-                while r < ranges.len() {
-                    let (rs, re) = ranges[r];
+                while r < follow.len() {
+                    let (rs, re) = follow[r];
                     front = front.max(rs);
                     if front >= re {
                         r += 1;
@@ -488,7 +500,8 @@ fn read_ahead_of_pass(
                         Err(_) => return STOPPED_ERROR,
                     }
                 }
-                if r >= ranges.len() || pos < front.saturating_add(window) {
+                behind.drop_to(map, ranges, front.saturating_sub(window));
+                if r >= follow.len() || pos < front.saturating_add(window) {
                     break;
                 }
                 std::thread::sleep(FOLLOW_POLL);
@@ -501,6 +514,46 @@ fn read_ahead_of_pass(
         }
     }
     FINISHED
+}
+
+/// Pages behind a first pass, dropped a batch at a time.
+struct Behind {
+    /// Dropped up to here (an offset in the map), in `ranges[range]`.
+    at: usize,
+    range: usize,
+}
+
+impl Behind {
+    /// Bytes dropped per call at least: a call costs a drain of every
+    /// CPU's page lists.
+    const BATCH: usize = 8 << 20;
+
+    fn new(ranges: &[(usize, usize)]) -> Behind {
+        Behind {
+            at: ranges.first().map_or(0, |r| r.0),
+            range: 0,
+        }
+    }
+
+    /// Drop the parts of `ranges` before `to`, once they come to a batch.
+    fn drop_to(&mut self, map: &Mapping, ranges: &[(usize, usize)], to: usize) {
+        if to < self.at.saturating_add(Self::BATCH) {
+            return;
+        }
+        while let Some(&(rs, re)) = ranges.get(self.range) {
+            self.at = self.at.max(rs);
+            let upto = to.min(re);
+            if upto > self.at {
+                // Advisory: a failure only leaves the pages to reclaim.
+                let _ = map.release(self.at, upto);
+                self.at = upto;
+            }
+            if self.at < re {
+                return;
+            }
+            self.range += 1;
+        }
+    }
 }
 
 fn total_of(ranges: &[(usize, usize)]) -> u64 {
@@ -528,11 +581,14 @@ pub(crate) struct Prefetcher {
 
 impl Prefetcher {
     /// Decide against `budget` (the load's, read when it started) and, if
-    /// the region fits, start the thread, which re-reads the budget with
-    /// `mem` as it goes.
+    /// the region (`ranges`) fits, start the thread, which re-reads the
+    /// budget with `mem` as it goes; if it does not fit, follow the first
+    /// pass through `in_order` (the region without the tables read by row,
+    /// which a pass does not go through in order).
     pub(crate) fn start(
         map: &Arc<Mapping>,
         ranges: Vec<(usize, usize)>,
+        in_order: Vec<(usize, usize)>,
         max_percent: u8,
         budget: Option<u64>,
         mem: MemReader,
@@ -542,7 +598,7 @@ impl Prefetcher {
         let avail = match decide(bytes, budget, max_percent) {
             Ok(a) => a,
             Err(SkipReason::TooLarge { budget, .. }) => {
-                return Prefetcher::start_windowed(map, ranges, budget, max_percent)
+                return Prefetcher::start_windowed(map, ranges, in_order, budget, max_percent)
             }
             Err(r) => return (None, PrefetchDecision::Skipped(r)),
         };
@@ -590,11 +646,13 @@ impl Prefetcher {
         }
     }
 
-    /// A read-ahead that follows the first pass ([`read_ahead_of_pass`]),
-    /// half of `max_percent` of `budget` ahead of it.
+    /// A read-ahead of `ranges` that follows the first pass through
+    /// `follow` ([`read_ahead_of_pass`]), half of `max_percent` of `budget`
+    /// ahead of it.
     fn start_windowed(
         map: &Arc<Mapping>,
         ranges: Vec<(usize, usize)>,
+        follow: Vec<(usize, usize)>,
         budget: u64,
         max_percent: u8,
     ) -> (Option<Prefetcher>, PrefetchDecision) {
@@ -623,7 +681,7 @@ impl Prefetcher {
             window,
         };
         Prefetcher::spawn(shared, decision, move |s| {
-            read_ahead_of_pass(&m, &ranges, s, w, &pages)
+            read_ahead_of_pass(&m, &ranges, &follow, s, w, &pages)
         })
     }
 
@@ -723,6 +781,7 @@ mod tests {
         let ranges = vec![(0, map.len())];
         Prefetcher::start(
             map,
+            ranges.clone(),
             ranges,
             max_percent,
             budget,
@@ -773,6 +832,7 @@ mod tests {
         let len = map.len();
         let (p, _) = Prefetcher::start(
             &map,
+            vec![(0, len)],
             vec![(0, len)],
             50,
             shrinking(),

@@ -566,7 +566,9 @@ impl Weights {
 
     /// The mapping and the file range of tensor `name`, when it is mapped.
     fn mapped_range(&self, name: &str) -> Result<Option<(&Mapping, std::ops::Range<u64>)>> {
-        Ok(self.mapped_range_at(self.index_of(name)?))
+        Ok(self
+            .mapped_range_at(self.index_of(name)?)
+            .map(|(m, r)| (m.as_ref(), r)))
     }
 
     /// Stop every background prefetch: a pass reads ahead itself, within its
@@ -587,13 +589,14 @@ impl Weights {
     }
 
     /// The mapping and the file range of the `i`th tensor, when it is mapped.
-    pub(crate) fn mapped_range_at(&self, i: usize) -> Option<(&Mapping, std::ops::Range<u64>)> {
+    pub(crate) fn mapped_range_at(
+        &self,
+        i: usize,
+    ) -> Option<(&Arc<Mapping>, std::ops::Range<u64>)> {
         let (p, j) = self.loc(i)?;
         let l = self.parts[p].loaded();
         match (&l.map, l.slots[j].kind) {
-            (Some(m), PlacementKind::Mapped) => {
-                Some((m.as_ref(), l.header.tensors().at(j).file_range()))
-            }
+            (Some(m), PlacementKind::Mapped) => Some((m, l.header.tensors().at(j).file_range())),
             _ => None,
         }
     }
