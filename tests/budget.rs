@@ -298,3 +298,20 @@ fn tensors_uploaded_to_a_device_leave_no_pages_of_the_file_behind() {
         }
     }
 }
+
+#[test]
+fn an_owned_copy_is_held_to_the_budget_the_load_was_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = model(dir.path(), 2, 2);
+    let opts = LoadOptions::default().budget(MIB as u64);
+    let w = load(&path, &opts).unwrap();
+    let e = w.tensor("t0").unwrap().to_owned_tensor().unwrap_err();
+    let (what, needed, budget, source) = over_budget(&e);
+    assert_eq!(what, "an owned copy of the tensor");
+    assert_eq!((needed, budget), (2 * MIB as u64, MIB as u64));
+    assert_eq!(source, "LoadOptions::budget");
+    // Told to go ahead, it copies.
+    let w = load(&path, &opts.ignore_budget(true)).unwrap();
+    let owned = w.tensor("t1").unwrap().to_owned_tensor().unwrap();
+    assert!(owned.bytes().iter().all(|&b| b == 1));
+}

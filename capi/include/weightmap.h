@@ -204,6 +204,26 @@ struct wm_options wm_options_default(void);
 int wm_load(const char *path, const struct wm_options *opts, struct wm_weights **out);
 
 /**
+ * [`wm_load`] held to a memory budget of `budget` bytes instead of the one
+ * read from the system (0: read it, as `wm_load` does), and, with
+ * `ignore_budget` 1, going ahead with copies over the budget instead of
+ * failing with [`WM_ERR_NO_MEMORY`] (0: refuse them). The budget decides
+ * the stream path's and the copied tensors' refusal, the prefetch and the
+ * window of [`wm_pass`]; [`wm_budget`] reports it.
+ *
+ * Returns what [`wm_load`] returns, and [`WM_ERR_BAD_ARGUMENT`] for an
+ * `ignore_budget` other than 0 or 1.
+ *
+ * # Safety
+ * As for [`wm_load`].
+ */
+int wm_load_within(const char *path,
+                   const struct wm_options *opts,
+                   uint64_t budget,
+                   uint32_t ignore_budget,
+                   struct wm_weights **out);
+
+/**
  * This thread's last error message, NUL-terminated; NULL if no call on
  * this thread has failed yet. Only failing calls set it; the pointer stays
  * valid until the next failing call on this thread.

@@ -430,6 +430,30 @@ pub unsafe extern "C" fn wm_load(
     opts: *const wm_options,
     out: *mut *mut wm_weights,
 ) -> c_int {
+    // SAFETY: the same contract.
+    unsafe { wm_load_within(path, opts, 0, 0, out) }
+}
+
+/// [`wm_load`] held to a memory budget of `budget` bytes instead of the one
+/// read from the system (0: read it, as `wm_load` does), and, with
+/// `ignore_budget` 1, going ahead with copies over the budget instead of
+/// failing with [`WM_ERR_NO_MEMORY`] (0: refuse them). The budget decides
+/// the stream path's and the copied tensors' refusal, the prefetch and the
+/// window of [`wm_pass`]; [`wm_budget`] reports it.
+///
+/// Returns what [`wm_load`] returns, and [`WM_ERR_BAD_ARGUMENT`] for an
+/// `ignore_budget` other than 0 or 1.
+///
+/// # Safety
+/// As for [`wm_load`].
+#[no_mangle]
+pub unsafe extern "C" fn wm_load_within(
+    path: *const c_char,
+    opts: *const wm_options,
+    budget: u64,
+    ignore_budget: u32,
+    out: *mut *mut wm_weights,
+) -> c_int {
     guard(|| {
         if out.is_null() {
             return Err(Fail::null("out"));
@@ -443,7 +467,20 @@ pub unsafe extern "C" fn wm_load(
         let o = unsafe { opts.as_ref() }
             .copied()
             .unwrap_or_else(|| wm_options_default());
-        let options = load_options(&o)?;
+        let mut options = load_options(&o)?;
+        options = match ignore_budget {
+            0 => options,
+            1 => options.ignore_budget(true),
+            v => {
+                return Err(Fail::new(
+                    WM_ERR_BAD_ARGUMENT,
+                    format!("ignore_budget is {v}: must be 0 or 1"),
+                ))
+            }
+        };
+        if budget != 0 {
+            options = options.budget(budget);
+        }
         // SAFETY: the caller promises (documented above and in the header)
         // not to modify or truncate the file until `wm_free`, which is when
         // the `Weights` and everything handed out from it die.

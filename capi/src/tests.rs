@@ -680,3 +680,45 @@ fn the_budget_the_load_was_held_to_is_readable_from_c() {
         WM_ERR_BAD_ARGUMENT
     );
 }
+
+/// `wm_load_within` of fixture `name` in stream mode.
+fn load_streamed_within(name: &str, budget: u64, ignore: u32) -> Result<Loaded, (c_int, String)> {
+    let path = fixture(name);
+    let o = opts(WM_MODE_STREAM, 1, 0);
+    let mut out = null_mut();
+    // SAFETY: valid C string, options and out pointer.
+    let rc = unsafe { wm_load_within(path.as_ptr(), &o, budget, ignore, &mut out) };
+    if rc == WM_OK {
+        Ok(Loaded(out))
+    } else {
+        assert!(out.is_null(), "a failed load leaves NULL in *out");
+        Err((rc, last_error()))
+    }
+}
+
+#[test]
+fn a_budget_given_from_c_refuses_the_copy_unless_told_to_go_ahead() {
+    // The stream path copies every tensor: far more than 100 bytes.
+    let Err((rc, msg)) = load_streamed_within("tiny-llama.gguf", 100, 0) else {
+        panic!("a 100-byte budget let the stream path copy the model");
+    };
+    assert_eq!(rc, WM_ERR_NO_MEMORY);
+    assert!(msg.contains("budget of 100 bytes"), "{msg}");
+    let Ok(w) = load_streamed_within("tiny-llama.gguf", 100, 1) else {
+        panic!("ignore_budget 1 did not go ahead");
+    };
+    let (mut bytes, mut source) = (0u64, null());
+    // SAFETY: live weights and room for both outputs.
+    assert_eq!(unsafe { wm_budget(w.0, &mut bytes, &mut source) }, WM_OK);
+    assert_eq!(bytes, 100);
+    // SAFETY: a C string valid until wm_free.
+    let source = unsafe { CStr::from_ptr(source) }.to_str().unwrap();
+    assert_eq!(source, "LoadOptions::budget");
+    // 0 reads the system's budget, as wm_load does.
+    assert!(load_streamed_within("tiny-llama.gguf", 0, 0).is_ok());
+    let Err((rc, msg)) = load_streamed_within("tiny-llama.gguf", 0, 2) else {
+        panic!("ignore_budget 2 was taken");
+    };
+    assert_eq!(rc, WM_ERR_BAD_ARGUMENT);
+    assert!(msg.contains("ignore_budget"), "{msg}");
+}

@@ -58,13 +58,33 @@ pub(crate) fn check(
     }
 }
 
-/// Refuse `needed` bytes for `what` when the system's budget now holds
-/// fewer: for copies made after the load, outside its options.
-pub(crate) fn check_now(needed: u64, what: &'static str) -> Result<()> {
-    check(
-        needed,
-        what,
-        &current(&LoadOptions::default()),
-        &LoadOptions::default(),
-    )
+/// How a copy made after the load (`TensorRef::to_owned_tensor`) is held
+/// to the budget: against the figure the load's options fixed, or else the
+/// system's at the time of the copy (usage has moved since the load); not
+/// at all with `ignore_budget`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CopyRule {
+    fixed: Option<u64>,
+    ignore: bool,
+}
+
+impl CopyRule {
+    pub(crate) fn of(opts: &LoadOptions) -> CopyRule {
+        CopyRule {
+            fixed: opts.budget,
+            ignore: opts.ignore_budget,
+        }
+    }
+
+    /// Refuse `needed` bytes for `what` when the budget holds fewer.
+    pub(crate) fn check(self, needed: u64, what: &'static str) -> Result<()> {
+        if self.ignore {
+            return Ok(());
+        }
+        let opts = match self.fixed {
+            Some(b) => LoadOptions::default().budget(b),
+            None => LoadOptions::default(),
+        };
+        check(needed, what, &current(&opts), &opts)
+    }
 }

@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::tensor::{view, view_mut, Element, TensorInfo, TensorTable};
 use crate::types::TensorType;
 
+use super::budget::CopyRule;
 use super::report::PlacementKind;
 
 /// A placed tensor, borrowed from loaded [`Weights`](super::Weights): read-only whatever the
@@ -16,21 +17,25 @@ pub struct TensorRef<'w> {
     buffer: &'w dyn Buffer,
     placement: Placement,
     kind: PlacementKind,
+    copies: CopyRule,
 }
 
 impl<'w> TensorRef<'w> {
-    /// The tensor `info`, placed at `placement` in `buffer`.
+    /// The tensor `info`, placed at `placement` in `buffer`, its copies held
+    /// to the budget as `copies` says.
     pub(crate) fn new(
         info: TensorInfo<'w>,
         buffer: &'w dyn Buffer,
         placement: Placement,
         kind: PlacementKind,
+        copies: CopyRule,
     ) -> TensorRef<'w> {
         TensorRef {
             info,
             buffer,
             placement,
             kind,
+            copies,
         }
     }
 
@@ -104,15 +109,19 @@ impl<'w> TensorRef<'w> {
 
     /// An owned, writable copy in a CPU buffer (for a runtime that must
     /// rewrite a weight: fusing batch-norm, repacking). A copy of 1 MiB or
-    /// more is first held to the memory budget as it is now (smaller ones
-    /// are not worth reading the cgroup files for).
+    /// more is first held to the memory budget: the one the load was given
+    /// ([`LoadOptions::budget`](crate::LoadOptions::budget)), or else the
+    /// system's as it is now (smaller copies are not worth reading the
+    /// cgroup files for); not with
+    /// [`LoadOptions::ignore_budget`](crate::LoadOptions::ignore_budget).
     ///
     /// # Errors
     /// [`Error::OverBudget`], [`Error::Alloc`], or as [`Buffer::get`].
     pub fn to_owned_tensor(&self) -> Result<OwnedTensor> {
         const CHECKED_FROM: usize = 1 << 20;
         if self.placement.len >= CHECKED_FROM {
-            super::budget::check_now(self.placement.len as u64, "an owned copy of the tensor")?;
+            self.copies
+                .check(self.placement.len as u64, "an owned copy of the tensor")?;
         }
         let mut buf = CpuBufferType::new().alloc(self.placement.len)?;
         self.buffer.get(self.placement.offset, buf.bytes_mut())?;

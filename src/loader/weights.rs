@@ -12,6 +12,7 @@ use crate::gguf::Metadata;
 use crate::os::{AccessAdvice, Mapping, Residency};
 use crate::tensor::TensorInfo;
 
+use super::budget::CopyRule;
 use super::loaded::Loaded;
 use super::mapped::{map_any, MapFail};
 use super::options::{LoadMode, LoadOptions};
@@ -136,6 +137,8 @@ pub struct Weights {
     /// Every lookup, by index or by name, goes through it.
     starts: Vec<usize>,
     report: LoadReport,
+    /// How copies made from the weights later are held to the budget.
+    copies: CopyRule,
 }
 
 /// Load one file as `options` say: mapped, falling back to the stream path.
@@ -182,7 +185,7 @@ unsafe fn load_source(
 
 impl Weights {
     /// Weights of `parts` (one per file, in shard order).
-    fn from_parts(parts: Vec<Storage>, report: LoadReport) -> Weights {
+    fn from_parts(parts: Vec<Storage>, report: LoadReport, options: &LoadOptions) -> Weights {
         let mut starts = Vec::with_capacity(parts.len() + 1);
         starts.push(0);
         for part in &parts {
@@ -193,6 +196,7 @@ impl Weights {
             parts,
             starts,
             report,
+            copies: CopyRule::of(options),
         }
     }
 
@@ -240,7 +244,7 @@ impl Weights {
                 shards::single_is_split(p, md.get_opt_int::<u64>("split.count").ok().flatten())?;
             }
             let report = part.loaded_mut().report(options.mode, fallback, t0);
-            return Ok(Weights::from_parts(vec![part], report));
+            return Ok(Weights::from_parts(vec![part], report, options));
         }
         // Several files: validate all, then load each.
         let (headers, warnings) = shards::check(&files)?;
@@ -278,7 +282,7 @@ impl Weights {
             fallbacks.push(fallback);
         }
         let report = combine_reports(&mut parts, &fallbacks, options.mode, warnings, t0);
-        Ok(Weights::from_parts(parts, report))
+        Ok(Weights::from_parts(parts, report, options))
     }
 
     /// Load a model that occupies `[offset, offset + len)` of the open
@@ -319,7 +323,7 @@ impl Weights {
         // SAFETY: forwarded to the caller.
         let (mut part, fallback) = unsafe { load_source(src, options)? };
         let report = part.loaded_mut().report(options.mode, fallback, t0);
-        Ok(Weights::from_parts(vec![part], report))
+        Ok(Weights::from_parts(vec![part], report, options))
     }
 
     /// Load a model from memory the caller hands over: a `Vec<u8>`, an
@@ -511,6 +515,7 @@ impl Weights {
             l.buffers[slot.buffer()].as_ref(),
             slot.placement(info.nbytes),
             slot.kind,
+            self.copies,
         ))
     }
 

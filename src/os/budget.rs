@@ -20,6 +20,7 @@
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// From this value up, a cgroup v1 `memory.limit_in_bytes` means "no limit".
 /// The kernel writes "unlimited" as the largest page-aligned `i64`
@@ -135,11 +136,13 @@ enum Read {
 
 fn read_text(path: &Path) -> Read {
     use std::io::Read as _;
-    // /proc and /sys files report a size of 0, so `read_to_string` would
-    // start from a tiny buffer and take many reads: these files fit in 4 KiB.
-    let read = std::fs::File::open(path).and_then(|mut f| {
+    // /proc and /sys files report a size of 0: asking it (as
+    // `File::read_to_string` does, with its position) is two system calls
+    // for nothing, so the file is read through `take`, which asks neither,
+    // into a buffer they fit in. No such file is near 1 MiB.
+    let read = std::fs::File::open(path).and_then(|f| {
         let mut text = String::with_capacity(4096);
-        f.read_to_string(&mut text).map(|_| text)
+        f.take(1 << 20).read_to_string(&mut text).map(|_| text)
     });
     match read {
         Ok(t) => Read::Text(t),
@@ -236,23 +239,51 @@ impl Reader<'_> {
             // No hierarchy accounts this process's memory: no cgroup limit.
             return;
         }
-        let path = self.file("/proc/self/mountinfo");
-        let Some(text) = self.required(&path) else {
+        let Some(mounts) = self.cgroup_mounts() else {
             return;
         };
-        let mut mounts = Vec::new();
-        for (i, line) in text.lines().enumerate() {
-            match parse_mount(line) {
-                Some(m) => mounts.push(m),
-                None => self.note(&path, format_args!("line {} unparsable", i + 1)),
-            }
-        }
         if let Some(cg) = &member.v2 {
             self.hierarchy(Version::V2, cg, &mounts);
         }
         if let Some(cg) = &member.v1 {
             self.hierarchy(Version::V1, cg, &mounts);
         }
+    }
+
+    /// The cgroup mounts `/proc/self/mountinfo` lists. Parsing it is most
+    /// of what reading the budget costs (it lists every mount), and cgroup
+    /// hierarchies are mounted once, at boot or when a container starts, so
+    /// the system's are kept for the life of the process, as the JDK's
+    /// container support keeps its mount points; the limits and usage under
+    /// them are read every time. A fake tree is read every time.
+    fn cgroup_mounts(&mut self) -> Option<Arc<Vec<Mount>>> {
+        static SYSTEM: Mutex<Option<Arc<Vec<Mount>>>> = Mutex::new(None);
+        let system = self.root == Path::new("/");
+        if system {
+            if let Some(m) = &*SYSTEM.lock().unwrap_or_else(|e| e.into_inner()) {
+                return Some(Arc::clone(m));
+            }
+        }
+        let path = self.file("/proc/self/mountinfo");
+        let text = self.required(&path)?;
+        let mut mounts = Vec::new();
+        let mut whole = true;
+        for (i, line) in text.lines().enumerate() {
+            match parse_mount(line) {
+                Some(m) if m.fstype == "cgroup" || m.fstype == "cgroup2" => mounts.push(m),
+                Some(_) => {}
+                None => {
+                    whole = false;
+                    self.note(&path, format_args!("line {} unparsable", i + 1));
+                }
+            }
+        }
+        let mounts = Arc::new(mounts);
+        // Kept only when every line was understood.
+        if system && whole {
+            *SYSTEM.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(&mounts));
+        }
+        Some(mounts)
     }
 
     /// The limits on cgroup `cg` and its ancestors in one hierarchy.
@@ -326,6 +357,12 @@ impl Reader<'_> {
             } else {
                 shown
             };
+            // The root of a hierarchy takes no limit (v1 refuses one, v2 has
+            // no such files there), so it is not read when the mount shows
+            // the real root.
+            if depth == 0 && base.is_empty() {
+                break;
+            }
             if depth < parts.len() && version == Version::V1 {
                 unchecked.push(dir.clone());
                 if !self.v1_has_limit(&dir) {
@@ -804,6 +841,28 @@ mod tests {
             "cgroup v1 /NAME memory.limit_in_bytes"
         );
         assert!(unread.is_empty(), "{unread:?}");
+    }
+
+    #[test]
+    fn the_root_of_a_v1_hierarchy_is_not_read() {
+        // The kernel refuses a limit on the root, so its file is never
+        // read: here it would not parse.
+        let t = Tree::new();
+        t.meminfo(8 * GIB);
+        t.v1("/NAME", "/");
+        t.v1_files("", "not a number", 3 * GIB);
+        t.v1_files("NAME", &(128 * MIB).to_string(), 28 * MIB);
+        let r = t.read();
+        let (b, unread) = limited(&r);
+        assert_eq!(b.bytes, 100 * MIB);
+        assert!(unread.is_empty(), "{unread:?}");
+        // A container's mount shows a cgroup as its root: that one is read.
+        let t = Tree::new();
+        t.meminfo(8 * GIB);
+        t.v1("/docker/c1", "/docker/c1");
+        t.v1_files("", &(64 * MIB).to_string(), 16 * MIB);
+        let r = t.read();
+        assert_eq!(limited(&r).0.bytes, 48 * MIB);
     }
 
     #[test]
