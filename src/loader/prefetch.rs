@@ -25,8 +25,10 @@
 //! follows the pass instead ([`PrefetchDecision::Windowed`]): it queues
 //! reads (`MADV_WILLNEED`) at most a window ahead of the first page the pass
 //! has not yet mapped (told by `/proc/self/pagemap`), the window being half
-//! the prefetch's share of the budget, so the pass finds its pages read and
-//! the page cache holds no more than the window ahead of it.
+//! the prefetch's share of the budget, and drops the pages more than a
+//! window behind it, so the pass finds its pages read, the page cache holds
+//! about a window on either side of it, and the cgroup never has to reclaim
+//! mapped pages one by one.
 //!
 //! llama.cpp, by default, reads the whole file before its load returns
 //! (`MAP_POPULATE` plus `MADV_WILLNEED`, whatever memory is free; its
