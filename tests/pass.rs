@@ -285,3 +285,28 @@ fn of_a_tensor_larger_than_the_budget_as_much_as_it_holds_is_resident() {
     assert!(b.iter().step_by(4096).all(|&x| x == 9));
     assert_eq!(pass.next().unwrap().unwrap().name(), "t0");
 }
+
+#[test]
+fn a_pass_read_in_huge_pages_leaves_no_more_than_a_huge_page_behind() {
+    // A window of 32 MiB or more is read in huge-page folios where the
+    // kernel takes the advice; folios shared by two runs of dropped tensors
+    // must go too.
+    let dir = tempfile::tempdir().unwrap();
+    let path = model(dir.path(), 24);
+    let w = cold(&path);
+    for t in w.pass().window(32 * MIB as u64) {
+        let t = t.unwrap();
+        assert_eq!(resident(&w, t.name()), 1.0, "{} handed out", t.name());
+        let i: u8 = t.name()[1..].parse().unwrap();
+        let b = t.host_bytes().unwrap();
+        assert!(b.iter().step_by(4096).all(|&x| x == i));
+    }
+    // The header's pages and the huge page holding the first tensor's
+    // start may stay: at most 4 MiB of the 96.
+    let left = file_resident(&path) * std::fs::metadata(&path).unwrap().len() as f64;
+    assert!(
+        left <= 4.0 * MIB as f64,
+        "{:.1} MiB stayed cached",
+        left / MIB as f64
+    );
+}

@@ -311,7 +311,7 @@ int wm_tensor_by_name(const struct wm_weights *w, const char *name, struct wm_te
  * Visit every tensor once, in file order, through the bounded pass: each
  * tensor's pages are read before `f` is called with it, reads of the next
  * ones are queued up to `window` bytes ahead (0: half of the memory
- * budget, from 4 to 256 MiB), and, unless `keep_pages` is 1, the pages of
+ * budget, from 4 to 64 MiB), and, unless `keep_pages` is 1, the pages of
  * each are dropped, a batch at a time, after `f` returns: what an upload to a device, a
  * conversion or a hash needs, in bounded memory. The pointers in `*t` stay
  * valid until [`wm_free`] (pages dropped are read again if used).

@@ -20,18 +20,25 @@ const PIECE: u64 = 8 << 20;
 /// The window when the budget is unknown.
 const DEFAULT_WINDOW: u64 = 64 << 20;
 /// The window's bounds when it is taken from the budget (half of it; the
-/// pass never holds more than the budget in all):
-/// below a few MiB the device sees requests too small to stream; past a
-/// few hundred MiB a deeper queue gains nothing.
+/// pass never holds more than the budget in all): below a few MiB the
+/// device sees requests too small to stream; past 64 MiB, read in huge
+/// pages, the pass was slower, not faster (BENCHMARKS.md).
 const MIN_WINDOW: u64 = 4 << 20;
-const MAX_WINDOW: u64 = 256 << 20;
+const MAX_WINDOW: u64 = 64 << 20;
+/// A PMD-size huge page (x86-64 and arm64 with 4 KiB pages).
+const HUGE_PAGE: u64 = 2 << 20;
+/// The least window read in huge pages: the kernel reads up to three huge
+/// pages past a fault, which a smaller window would not bound.
+const HUGE_FROM: u64 = 32 << 20;
 
 /// A pass over loaded weights ([`Weights::pass`]): an iterator of
 /// [`TensorRef`]s in file order (shard by shard).
 ///
 /// A reader thread, started by the first `next`, reads and maps the mapped
-/// tensors in order (`MADV_POPULATE_READ`, with reads queued by
-/// `MADV_WILLNEED` ahead of it), at most [`Pass::window`] bytes past the
+/// tensors in order (`MADV_POPULATE_READ`; with a window of 32 MiB or more
+/// in huge-page folios, `MADV_HUGEPAGE`, where the kernel reads ahead of
+/// each fault; else with reads queued by `MADV_WILLNEED` ahead of it), at
+/// most [`Pass::window`] bytes past the
 /// end of the tensor being handed out, and never more in all than the
 /// memory budget holds. A tensor is handed out once its pages are resident;
 /// of one larger than the budget holds, as much as it holds, the rest read
@@ -79,6 +86,10 @@ pub struct Pass<'w> {
     /// be dropped together: dropping pages costs about a microsecond each,
     /// and the reader does it, a batch at a time, off the caller's path.
     behind: Option<Behind>,
+    /// Where the last run handed over to be dropped ended, and in which
+    /// mapping: the next one starts a huge page before it, to take the
+    /// folio the two share (a folio is dropped only when all of it is).
+    dropped_to: Option<(Arc<Mapping>, u64)>,
 }
 
 impl Weights {
@@ -104,13 +115,14 @@ impl Weights {
             keep_pages: false,
             reader: None,
             behind: None,
+            dropped_to: None,
         }
     }
 }
 
 impl<'w> Pass<'w> {
     /// Read at most `bytes` past the end of the tensor being handed out
-    /// (default: half of the memory budget, from 4 to 256 MiB).
+    /// (default: half of the memory budget, from 4 to 64 MiB).
     pub fn window(mut self, bytes: u64) -> Self {
         self.window = bytes;
         self
@@ -150,7 +162,7 @@ impl<'w> Pass<'w> {
 
     /// The reader over this pass's mapped tensors, started.
     fn start_reader(&self) -> Reader {
-        let mut spans = Vec::new();
+        let mut spans: Vec<Span> = Vec::new();
         let mut run = Vec::with_capacity(self.order.len());
         let mut at = 0u64;
         for pos in 0..self.order.len() {
@@ -162,10 +174,35 @@ impl<'w> Pass<'w> {
                     file_start: r.start,
                     run_start: at,
                     len,
+                    huge: false,
                 });
                 at += len;
             }
             run.push(start..at);
+        }
+        // With a window that bounds it, each file's part of the run is read
+        // in huge-page folios where the kernel takes the advice (one call
+        // over the file's span, so the mapping is not cut into a piece per
+        // tensor): the reader's faults then read ahead on their own, and
+        // what it maps and drops costs a fraction of 4 KiB pages. Elsewhere
+        // reads are queued ahead.
+        let mut first = if self.window >= HUGE_FROM {
+            0
+        } else {
+            spans.len()
+        };
+        while first < spans.len() {
+            let same = |s: &Span| Arc::ptr_eq(&s.map, &spans[first].map);
+            let n = spans[first..].iter().take_while(|s| same(s)).count();
+            let (from, to) = (
+                spans[first].file_start,
+                spans[first + n - 1].file_start + spans[first + n - 1].len,
+            );
+            let huge = spans[first].map.read_in_huge_pages(clamp(from), clamp(to));
+            for s in &mut spans[first..first + n] {
+                s.huge = huge;
+            }
+            first += n;
         }
         Reader::start(spans, run, self.window, self.hold)
     }
@@ -217,9 +254,15 @@ impl<'w> Pass<'w> {
                 _ => {
                     self.hand_over();
                     let run_start = self.reader.as_ref().map_or(0, |rd| rd.run[pos].start);
+                    let from = match &self.dropped_to {
+                        Some((m, end)) if Arc::ptr_eq(m, map) && r.start >= *end => {
+                            end.saturating_sub(HUGE_PAGE)
+                        }
+                        _ => r.start,
+                    };
                     self.behind = Some(Behind {
                         map: Arc::clone(map),
-                        file: r,
+                        file: from..r.end,
                         run_start,
                     });
                 }
@@ -239,6 +282,7 @@ impl<'w> Pass<'w> {
     /// when there is no reader).
     fn hand_over(&mut self) {
         if let Some(b) = self.behind.take() {
+            self.dropped_to = Some((Arc::clone(&b.map), b.file.end));
             match &self.reader {
                 Some(r) => r.drop_later(b),
                 None => b.drop_pages(),
@@ -284,13 +328,15 @@ impl Drop for Pass<'_> {
 
 /// The part of one mapped tensor a pass makes resident: its first `len`
 /// bytes, at `file_start` in `map`, and at `run_start` in the pass's run
-/// (the resident parts of its tensors end to end).
+/// (the resident parts of its tensors end to end); `huge` when it is read
+/// in huge-page folios, with no reads queued.
 #[derive(Debug)]
 struct Span {
     map: Arc<Mapping>,
     file_start: u64,
     run_start: u64,
     len: u64,
+    huge: bool,
 }
 
 /// Tensors of one mapping behind the pass, to drop together.
@@ -560,14 +606,16 @@ impl Cursor {
             };
             let end = span.run_start + span.len;
             let upto = to.min(end);
-            if self.queued < upto {
+            // WILLNEED reads 4 KiB folios: a huge-page span reads ahead
+            // through its own faults.
+            if self.queued < upto && !span.huge {
                 let from = span.file_start + (self.queued - span.run_start);
                 span.map.will_need(
                     clamp(from),
                     clamp(span.file_start + (upto - span.run_start)),
                 );
-                self.queued = upto;
             }
+            self.queued = self.queued.max(upto);
             if self.queued >= end {
                 self.queued_span += 1;
             }

@@ -97,7 +97,7 @@ pub struct Args {
     #[arg(long)]
     pass: bool,
     /// The pass's read-ahead window (bytes, or with a K/M/G suffix;
-    /// default: half of the memory budget, from 4 MiB to 256 MiB).
+    /// default: half of the memory budget, from 4 MiB to 64 MiB).
     #[arg(long, value_parser = super::gen::parse_size)]
     window: Option<u64>,
     /// Print one JSON object instead of text.
