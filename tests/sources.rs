@@ -171,11 +171,12 @@ fn memory_the_caller_owns_loads_zero_copy_where_aligned() {
 #[test]
 fn borrowed_bytes_load_as_views_that_cannot_outlive_them() {
     let m = model();
-    // Page-aligned storage, so every tensor is a view.
-    let mut pages: Vec<[u8; 4096]> = vec![[0; 4096]; m.len().div_ceil(4096)];
-    let flat: &mut [u8] = bytemuck::cast_slice_mut(&mut pages);
-    flat[..m.len()].copy_from_slice(&m);
-    let bytes: &[u8] = &bytemuck::cast_slice(&pages)[..m.len()];
+    // Page-aligned storage, so every tensor is a view (a `Vec<[u8; 4096]>`
+    // is only as aligned as the allocator makes it: 16 bytes, often).
+    let mut storage = vec![0u8; m.len() + 4096];
+    let at = storage.as_ptr().align_offset(4096);
+    storage[at..at + m.len()].copy_from_slice(&m);
+    let bytes: &[u8] = &storage[at..at + m.len()];
     let want = bytes_of(&Weights::from_memory(m.clone(), &LoadOptions::default()).unwrap());
     let w = Weights::from_slice(bytes, &LoadOptions::default()).unwrap();
     assert_eq!(bytes_of(&w), want);
