@@ -9,7 +9,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use weightmap::gguf::Writer;
-use weightmap::{Error, ErrorKind, LoadMode, LoadOptions, PrefetchDecision, TensorType, Weights};
+use weightmap::{
+    AccessAdvice, AdvicePolicy, Error, ErrorKind, LoadMode, LoadOptions, PrefetchDecision,
+    TensorType, Weights,
+};
 
 const MIB: usize = 1 << 20;
 
@@ -43,6 +46,13 @@ fn misaligned(dir: &Path) -> PathBuf {
 fn load(path: &Path, opts: &LoadOptions) -> weightmap::Result<Weights> {
     // SAFETY: the test files are private to each test and never modified.
     unsafe { Weights::load(path, opts) }
+}
+
+/// Options under which a region too large for the budget is read ahead of
+/// the first pass (the windowed read-ahead): advice chosen for the whole
+/// region, which a load keeps as it is, with no huge pages.
+fn windowed() -> LoadOptions {
+    LoadOptions::default().advice(AdvicePolicy::Uniform(AccessAdvice::Normal))
 }
 
 fn over_budget(e: &Error) -> (&'static str, u64, u64, &str) {
@@ -109,7 +119,7 @@ fn the_system_budget_is_read_when_none_is_given() {
 fn a_mapped_load_copies_nothing_so_a_small_budget_refuses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let path = model(dir.path(), 4, 1);
-    let w = load(&path, &LoadOptions::default().budget(MIB as u64)).unwrap();
+    let w = load(&path, &windowed().budget(MIB as u64)).unwrap();
     assert_eq!(w.report().mode_used, LoadMode::Mmap);
     assert_eq!(w.report().bytes_copied, 0);
     // The region is over half the budget: the read-ahead follows the pass.
@@ -200,7 +210,7 @@ fn the_read_ahead_keeps_within_its_window_of_the_first_pass() {
     // 16 tensors of 4 MiB; a budget of 32 MiB gives a window of 8 MiB.
     let path = model(dir.path(), 16, 4);
     weightmap::evict(&path).unwrap();
-    let w = load(&path, &LoadOptions::default().budget(32 * MIB as u64)).unwrap();
+    let w = load(&path, &windowed().budget(32 * MIB as u64)).unwrap();
     assert_eq!(w.report().prefetch.name(), "windowed");
     let resident = |i: usize| {
         w.residency(&format!("t{i}"))
@@ -244,7 +254,7 @@ fn the_read_ahead_drops_what_the_first_pass_left_a_window_behind() {
     // 16 tensors of 4 MiB; a budget of 32 MiB gives a window of 8 MiB.
     let path = model(dir.path(), 16, 4);
     weightmap::evict(&path).unwrap();
-    let w = load(&path, &LoadOptions::default().budget(32 * MIB as u64)).unwrap();
+    let w = load(&path, &windowed().budget(32 * MIB as u64)).unwrap();
     assert_eq!(w.report().prefetch.name(), "windowed");
     let resident = |i: usize| {
         w.residency(&format!("t{i}"))
@@ -314,4 +324,27 @@ fn an_owned_copy_is_held_to_the_budget_the_load_was_given() {
     let w = load(&path, &opts.ignore_budget(true)).unwrap();
     let owned = w.tensor("t1").unwrap().to_owned_tensor().unwrap();
     assert!(owned.bytes().iter().all(|&b| b == 1));
+}
+
+#[test]
+fn a_region_over_the_budget_is_read_in_huge_pages_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = model(dir.path(), 16, 4);
+    weightmap::evict(&path).unwrap();
+    let w = load(&path, &LoadOptions::default().budget(32 * MIB as u64)).unwrap();
+    match &w.report().prefetch {
+        // The kernel took the advice: no thread, the pass's faults read.
+        PrefetchDecision::HugePages { bytes, budget } => {
+            assert_eq!((*bytes, *budget), (64 * MIB as u64, 32 * MIB as u64));
+            assert_eq!(w.report().prefetch.name(), "huge_pages");
+            assert!(w.wait_prefetch().is_none());
+        }
+        // A kernel without transparent huge pages refuses it.
+        PrefetchDecision::Windowed { .. } => {}
+        other => panic!("expected huge pages or a windowed read-ahead, got {other}"),
+    }
+    for i in 0..16 {
+        let bytes = w.tensor(&format!("t{i}")).unwrap().host_bytes().unwrap();
+        assert!(bytes.iter().step_by(4096).all(|&b| b == i as u8));
+    }
 }

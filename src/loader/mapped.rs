@@ -349,8 +349,12 @@ unsafe fn map_source(
         }
         Prefetch::Background { max_percent } => Prefetcher::start(
             &map,
-            ranges,
-            merge(in_order),
+            prefetch::Region {
+                ranges,
+                in_order: merge(in_order),
+                // Advice the caller chose for the whole region is kept.
+                huge_pages: matches!(opts.advice, prefetch::AdvicePolicy::PerTensor),
+            },
             max_percent,
             budget.bytes,
             super::budget::reader(opts),

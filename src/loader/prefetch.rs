@@ -21,8 +21,11 @@
 //!
 //! When the region does not fit in that share of the memory budget (a
 //! memory cgroup smaller than the model), reading it all ahead would only
-//! evict what was read before the first pass gets there. The prefetch then
-//! follows the pass instead ([`PrefetchDecision::Windowed`]): it queues
+//! evict what was read before the first pass gets there. The region is then
+//! advised `MADV_HUGEPAGE` ([`PrefetchDecision::HugePages`]): the pass's own
+//! faults read ahead in 2 MiB folios, which the cgroup reclaims whole. Where
+//! the kernel refuses that, or the caller chose the advice for the whole
+//! region, the prefetch follows the pass ([`PrefetchDecision::Windowed`]): it queues
 //! reads (`MADV_WILLNEED`) at most a window ahead of the first page the pass
 //! has not yet mapped (told by `/proc/self/pagemap`), the window being half
 //! the prefetch's share of the budget, and drops the pages more than a
@@ -194,6 +197,16 @@ pub enum PrefetchDecision {
         /// How far ahead of the pass reads are queued.
         window: u64,
     },
+    /// The region does not fit in the budget's share, and the kernel reads
+    /// it in huge-page folios (`MADV_HUGEPAGE`): no thread, the first
+    /// pass's own faults read ahead in 2 MiB folios, which the memory
+    /// cgroup reclaims whole.
+    HugePages {
+        /// Bytes of the region.
+        bytes: u64,
+        /// The memory budget when the load decided.
+        budget: u64,
+    },
     /// [`Prefetch::Background`] was asked for and did not start.
     Skipped(SkipReason),
 }
@@ -222,7 +235,8 @@ pub enum SkipReason {
 
 impl PrefetchDecision {
     /// A short, stable name: `"off"`, `"not_mapped"`, `"willneed"`,
-    /// `"populated"`, `"background"`, `"skipped"`.
+    /// `"populated"`, `"background"`, `"windowed"`, `"huge_pages"`,
+    /// `"skipped"`.
     pub fn name(&self) -> &'static str {
         match self {
             PrefetchDecision::Off => "off",
@@ -231,6 +245,7 @@ impl PrefetchDecision {
             PrefetchDecision::Populated { .. } => "populated",
             PrefetchDecision::Background { .. } => "background",
             PrefetchDecision::Windowed { .. } => "windowed",
+            PrefetchDecision::HugePages { .. } => "huge_pages",
             PrefetchDecision::Skipped(_) => "skipped",
         }
     }
@@ -268,6 +283,12 @@ impl fmt::Display for PrefetchDecision {
                 "windowed: reading {} at most {} ahead of the first pass (memory budget {})",
                 mib(*bytes),
                 mib(*window),
+                mib(*budget)
+            ),
+            PrefetchDecision::HugePages { bytes, budget } => write!(
+                f,
+                "huge pages: {} read by the first pass in 2 MiB folios (memory budget {})",
+                mib(*bytes),
                 mib(*budget)
             ),
             PrefetchDecision::Skipped(r) => write!(f, "skipped: {r}"),
@@ -573,6 +594,19 @@ pub(crate) fn populate(
     read_in_order(map, ranges, &shared, None, progress) != STOPPED_CANCEL
 }
 
+/// The mapped tensor region a prefetch reads.
+#[derive(Debug)]
+pub(crate) struct Region {
+    /// Sorted, disjoint ranges of the mapping.
+    pub(crate) ranges: Vec<(usize, usize)>,
+    /// The same without the tables read by row: what a first pass goes
+    /// through in order.
+    pub(crate) in_order: Vec<(usize, usize)>,
+    /// Whether a region too large for the budget may be advised
+    /// `MADV_HUGEPAGE` (not when the caller chose advice for all of it).
+    pub(crate) huge_pages: bool,
+}
+
 /// A background prefetch of a mapping's tensor region, stopped and joined on
 /// drop: no thread outlives it and nothing is read after it drops.
 #[derive(Debug)]
@@ -583,24 +617,38 @@ pub(crate) struct Prefetcher {
 
 impl Prefetcher {
     /// Decide against `budget` (the load's, read when it started) and, if
-    /// the region (`ranges`) fits, start the thread, which re-reads the
+    /// the region (`region.ranges`) fits, start the thread, which re-reads the
     /// budget with `mem` as it goes; if it does not fit, follow the first
     /// pass through `in_order` (the region without the tables read by row,
     /// which a pass does not go through in order).
     pub(crate) fn start(
         map: &Arc<Mapping>,
-        ranges: Vec<(usize, usize)>,
-        in_order: Vec<(usize, usize)>,
+        region: Region,
         max_percent: u8,
         budget: Option<u64>,
         mem: MemReader,
         progress: Option<ProgressFn>,
     ) -> (Option<Prefetcher>, PrefetchDecision) {
+        let Region {
+            ranges,
+            in_order,
+            huge_pages,
+        } = region;
         let bytes = total_of(&ranges);
         let avail = match decide(bytes, budget, max_percent) {
             Ok(a) => a,
             Err(SkipReason::TooLarge { budget, .. }) => {
-                return Prefetcher::start_windowed(map, ranges, in_order, budget, max_percent)
+                // Faults in huge-page folios read ahead on their own, and
+                // the cgroup reclaims such folios whole, where the windowed
+                // read-ahead's 4 KiB folios cost it a reverse-map walk and
+                // a TLB flush each (BENCHMARKS.md, "Under a memory limit").
+                let huge = huge_pages
+                    && !ranges.is_empty()
+                    && ranges.iter().all(|&(s, e)| map.read_in_huge_pages(s, e));
+                if huge {
+                    return (None, PrefetchDecision::HugePages { bytes, budget });
+                }
+                return Prefetcher::start_windowed(map, ranges, in_order, budget, max_percent);
             }
             Err(r) => return (None, PrefetchDecision::Skipped(r)),
         };
@@ -783,8 +831,11 @@ mod tests {
         let ranges = vec![(0, map.len())];
         Prefetcher::start(
             map,
-            ranges.clone(),
-            ranges,
+            Region {
+                in_order: ranges.clone(),
+                ranges,
+                huge_pages: false,
+            },
             max_percent,
             budget,
             Arc::new(move || budget),
@@ -834,8 +885,11 @@ mod tests {
         let len = map.len();
         let (p, _) = Prefetcher::start(
             &map,
-            vec![(0, len)],
-            vec![(0, len)],
+            Region {
+                ranges: vec![(0, len)],
+                in_order: vec![(0, len)],
+                huge_pages: false,
+            },
             50,
             shrinking(),
             Arc::new(shrinking),
