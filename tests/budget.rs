@@ -204,20 +204,29 @@ fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
-#[test]
-fn the_read_ahead_keeps_within_its_window_of_the_first_pass() {
-    let dir = tempfile::tempdir().unwrap();
-    // 16 tensors of 4 MiB; a budget of 32 MiB gives a window of 8 MiB.
-    let path = model(dir.path(), 16, 4);
+/// 16 tensors of 4 MiB in `dir`, loaded cold against a budget of 32 MiB
+/// with the windowed read-ahead, whose window that makes 8 MiB.
+fn windowed_model(dir: &Path) -> Weights {
+    let path = model(dir, 16, 4);
     weightmap::evict(&path).unwrap();
     let w = load(&path, &windowed().budget(32 * MIB as u64)).unwrap();
     assert_eq!(w.report().prefetch.name(), "windowed");
-    let resident = |i: usize| {
-        w.residency(&format!("t{i}"))
-            .unwrap()
-            .expect("mapped")
-            .fraction()
-    };
+    w
+}
+
+/// How much of tensor `ti` is in the page cache.
+fn resident_at(w: &Weights, i: usize) -> f64 {
+    w.residency(&format!("t{i}"))
+        .unwrap()
+        .expect("mapped")
+        .fraction()
+}
+
+#[test]
+fn the_read_ahead_keeps_within_its_window_of_the_first_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = windowed_model(dir.path());
+    let resident = |i: usize| resident_at(&w, i);
     // Before any pass: the window ahead of the region's start is read...
     assert!(
         eventually(Duration::from_secs(20), || resident(0) > 0.9),
@@ -251,17 +260,8 @@ fn the_read_ahead_keeps_within_its_window_of_the_first_pass() {
 #[test]
 fn the_read_ahead_drops_what_the_first_pass_left_a_window_behind() {
     let dir = tempfile::tempdir().unwrap();
-    // 16 tensors of 4 MiB; a budget of 32 MiB gives a window of 8 MiB.
-    let path = model(dir.path(), 16, 4);
-    weightmap::evict(&path).unwrap();
-    let w = load(&path, &windowed().budget(32 * MIB as u64)).unwrap();
-    assert_eq!(w.report().prefetch.name(), "windowed");
-    let resident = |i: usize| {
-        w.residency(&format!("t{i}"))
-            .unwrap()
-            .expect("mapped")
-            .fraction()
-    };
+    let w = windowed_model(dir.path());
+    let resident = |i: usize| resident_at(&w, i);
     // A first pass over tensors 0..12 (48 MiB in).
     for i in 0..12 {
         let bytes = w.tensor(&format!("t{i}")).unwrap().host_bytes().unwrap();

@@ -9,15 +9,15 @@ use weightmap::{Error, LoadOptions, TensorType, Weights};
 
 const MIB: usize = 1 << 20;
 
-/// A GGUF of `n` I8 tensors of 4 MiB each, tensor `i` filled with byte `i`.
-fn model(dir: &Path, n: usize) -> PathBuf {
+/// A GGUF at `dir/m.gguf` of I8 tensors, each `(name, MiB, fill byte)`.
+fn write_model(dir: &Path, tensors: impl IntoIterator<Item = (String, usize, u8)>) -> PathBuf {
     let mut w = Writer::new(32);
-    for i in 0..n {
+    for (name, mib, fill) in tensors {
         w.tensor(
-            &format!("t{i}"),
+            &name,
             TensorType::I8,
-            &[(4 * MIB) as u64],
-            vec![i as u8; 4 * MIB],
+            &[(mib * MIB) as u64],
+            vec![fill; mib * MIB],
         );
     }
     let path = dir.join("m.gguf");
@@ -25,11 +25,21 @@ fn model(dir: &Path, n: usize) -> PathBuf {
     path
 }
 
+/// `n` tensors of 4 MiB each, tensor `ti` filled with byte `i`.
+fn model(dir: &Path, n: usize) -> PathBuf {
+    write_model(dir, (0..n).map(|i| (format!("t{i}"), 4, i as u8)))
+}
+
 /// Mapped, cold, with no prefetch of its own, so that what is resident is
 /// what the pass read.
 fn cold(path: &Path) -> Weights {
+    cold_with(path, LoadOptions::default())
+}
+
+/// [`cold`] with `opts` for the rest.
+fn cold_with(path: &Path, opts: LoadOptions) -> Weights {
     weightmap::evict(path).unwrap();
-    let opts = LoadOptions::default().prefetch(weightmap::Prefetch::None);
+    let opts = opts.prefetch(weightmap::Prefetch::None);
     // SAFETY: the test files are private to each test and never modified.
     unsafe { Weights::load(path, &opts) }.unwrap()
 }
@@ -185,26 +195,14 @@ fn a_streamed_model_is_passed_as_it_is() {
     assert_eq!(firsts, [0, 1, 2]);
 }
 
-/// A GGUF of one I8 tensor of `big` MiB, then `n` of 4 MiB.
-fn big_then_small(dir: &Path, big: usize, n: usize) -> PathBuf {
-    let mut w = Writer::new(32);
-    w.tensor(
-        "big",
-        TensorType::I8,
-        &[(big * MIB) as u64],
-        vec![9; big * MIB],
-    );
-    for i in 0..n {
-        w.tensor(
-            &format!("t{i}"),
-            TensorType::I8,
-            &[(4 * MIB) as u64],
-            vec![i as u8; 4 * MIB],
-        );
-    }
-    let path = dir.join("big.gguf");
-    std::fs::write(&path, w.to_bytes()).unwrap();
-    path
+/// One tensor `big` of `mib` MiB filled with 9, then `n` of 4 MiB as in
+/// [`model`].
+fn big_then_small(dir: &Path, mib: usize, n: usize) -> PathBuf {
+    let big = std::iter::once(("big".to_string(), mib, 9));
+    write_model(
+        dir,
+        big.chain((0..n).map(|i| (format!("t{i}"), 4, i as u8))),
+    )
 }
 
 fn file_resident(path: &Path) -> f64 {
@@ -236,13 +234,8 @@ fn a_tensor_larger_than_the_window_is_read_once_and_dropped() {
 fn the_pass_holds_no_more_than_the_budget() {
     let dir = tempfile::tempdir().unwrap();
     let path = model(dir.path(), 16);
-    weightmap::evict(&path).unwrap();
     let budget = 16 * MIB as u64;
-    let opts = LoadOptions::default()
-        .prefetch(weightmap::Prefetch::None)
-        .budget(budget);
-    // SAFETY: the test file is private to this test and never modified.
-    let w = unsafe { Weights::load(&path, &opts) }.unwrap();
+    let w = cold_with(&path, LoadOptions::default().budget(budget));
     let len = std::fs::metadata(&path).unwrap().len() as f64;
     let pass = w.pass();
     assert_eq!(pass.window_bytes(), budget / 2);
@@ -268,12 +261,7 @@ fn the_pass_holds_no_more_than_the_budget() {
 fn of_a_tensor_larger_than_the_budget_as_much_as_it_holds_is_resident() {
     let dir = tempfile::tempdir().unwrap();
     let path = big_then_small(dir.path(), 32, 1);
-    weightmap::evict(&path).unwrap();
-    let opts = LoadOptions::default()
-        .prefetch(weightmap::Prefetch::None)
-        .budget(16 * MIB as u64);
-    // SAFETY: the test file is private to this test and never modified.
-    let w = unsafe { Weights::load(&path, &opts) }.unwrap();
+    let w = cold_with(&path, LoadOptions::default().budget(16 * MIB as u64));
     let mut pass = w.pass();
     let big = pass.next().unwrap().unwrap();
     assert_eq!(big.name(), "big");

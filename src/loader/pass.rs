@@ -13,9 +13,9 @@ use crate::os::{AccessAdvice, Mapping};
 use super::tensor_ref::TensorRef;
 use super::weights::Weights;
 
-/// The pieces a tensor is made resident in, each after the read-ahead is
-/// topped up: a large tensor does not wait for its whole read before the
-/// next reads are queued.
+/// The pieces the reader maps a tensor in, queuing reads ahead before each:
+/// a large tensor does not wait for its whole read before the next reads
+/// are queued, and the pass learns of progress piece by piece.
 const PIECE: u64 = 8 << 20;
 /// The window when the budget is unknown.
 const DEFAULT_WINDOW: u64 = 64 << 20;
@@ -83,8 +83,9 @@ pub struct Pass<'w> {
     /// Started by the first `next`, once the window and the order are set.
     reader: Option<Reader>,
     /// Tensors handed out and done with, of one file, whose pages are to
-    /// be dropped together: dropping pages costs about a microsecond each,
-    /// and the reader does it, a batch at a time, off the caller's path.
+    /// be dropped together: dropping a 4 KiB page costs about a microsecond,
+    /// so a thread beside the reader does it, a batch at a time, off the
+    /// caller's path.
     behind: Option<Behind>,
     /// Where the last run handed over to be dropped ended, and in which
     /// mapping: the next one starts a huge page before it, to take the
