@@ -243,8 +243,11 @@ fn rss_anon_kib() -> u64 {
 /// (RssAnon growth KiB, heap live after, heap peak during) across one `parse`.
 fn measure<T>(parse: impl FnOnce() -> T) -> (i64, i64, i64, T) {
     // Return freed heap to the OS so that reused pages do not hide growth.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim has no preconditions.
-    unsafe { libc::malloc_trim(0) };
+    unsafe {
+        libc::malloc_trim(0)
+    };
     let before = rss_anon_kib();
     let (out, n) = counting_alloc::measure(|| black_box(parse()));
     let after = rss_anon_kib();

@@ -25,6 +25,6 @@ pub use loader::{
     Pass, PlacementKind, Prefetch, PrefetchDecision, PrefetchProgress, PrefetchState, ProgressFn,
     ReadReport, Route, Scope, ShardReport, SkipReason, Tensor, TensorRef, Weights,
 };
-pub use os::{evict, file_residency, AccessAdvice, Residency};
+pub use os::{evict, file_residency, page_size, AccessAdvice, Residency};
 pub use tensor::{Element, Parse, TensorInfo, TensorTable};
 pub use types::TensorType;

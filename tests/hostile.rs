@@ -12,11 +12,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+#[cfg(unix)]
+use std::path::PathBuf;
 
 use common::{sample_spec, tt, vt, GgufSpec, Kv, RawGguf, Tensor};
-use weightmap::gguf::{GgufHeader, Writer};
-use weightmap::{Error, LoadMode, LoadOptions, LoadReport, TensorType, Weights};
+use weightmap::{Error, LoadMode, LoadOptions, LoadReport, Weights};
 
 // ---- helpers -------------------------------------------------------------------
 
@@ -655,6 +656,8 @@ fn last_tensor_one_byte_short() {
 
 // ---- things that are not regular, readable files ------------------------------------
 
+// FIFOs, symbolic links without privilege and mode bits are Unix's.
+#[cfg(unix)]
 #[test]
 fn directory_fifo_and_device_are_not_files_in_either_mode() {
     let dir = tempfile::tempdir().unwrap();
@@ -688,9 +691,16 @@ fn directory_fifo_and_device_are_not_files_in_either_mode() {
 fn missing_path_and_dangling_symlink() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("does-not-exist.gguf");
-    let dangling = dir.path().join("dangling");
-    std::os::unix::fs::symlink(&missing, &dangling).unwrap();
-    for path in [missing, dangling] {
+    #[allow(unused_mut)] // pushed to on Unix only
+    let mut paths = vec![missing.clone()];
+    // Windows makes symbolic links only with a privilege.
+    #[cfg(unix)]
+    {
+        let dangling = dir.path().join("dangling");
+        std::os::unix::fs::symlink(&missing, &dangling).unwrap();
+        paths.push(dangling);
+    }
+    for path in paths {
         let e = both_err(&path);
         assert!(
             matches!(e, Error::Io { op: "stat", ref source, .. } if source.kind() == std::io::ErrorKind::NotFound),
@@ -704,6 +714,8 @@ fn missing_path_and_dangling_symlink() {
     }
 }
 
+// FIFOs, symbolic links without privilege and mode bits are Unix's.
+#[cfg(unix)]
 #[test]
 fn file_without_read_permission() {
     use std::os::unix::fs::PermissionsExt;
@@ -942,111 +954,115 @@ fn safetensors_data_past_the_end_or_left_over() {
 
 // ---- a file changed under the mapping ----------------------------------------------
 
-const REWRITE_BYTE: u8 = 0xA5;
+// On Linux, where a private read-only mapping shows the page cache as it is.
+#[cfg(target_os = "linux")]
+mod rewritten_under_the_mapping {
+    use super::*;
+    use std::path::PathBuf;
+    use weightmap::gguf::{GgufHeader, Writer};
+    use weightmap::TensorType;
 
-/// Overwrite every tensor's bytes with `REWRITE_BYTE`, in place: same length.
-fn rewrite_tensor_bytes(path: &Path) {
-    use std::os::unix::fs::FileExt;
-    let raw = std::fs::read(path).unwrap();
-    let file = GgufHeader::parse(&raw).unwrap();
-    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    for t in file.tensors() {
-        let r = t.file_range();
-        f.write_all_at(&vec![REWRITE_BYTE; (r.end - r.start) as usize], r.start)
-            .unwrap();
+    const REWRITE_BYTE: u8 = 0xA5;
+
+    /// Overwrite every tensor's bytes with `REWRITE_BYTE`, in place: same length.
+    fn rewrite_tensor_bytes(path: &Path) {
+        let raw = std::fs::read(path).unwrap();
+        let file = GgufHeader::parse(&raw).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        for t in file.tensors() {
+            let r = t.file_range();
+            common::write_at(&f, &vec![REWRITE_BYTE; (r.end - r.start) as usize], r.start);
+        }
+        f.sync_all().unwrap();
     }
-    f.sync_all().unwrap();
-}
 
-/// Overwrite the header after the counts with 0xFF, in place: same length.
-fn rewrite_header_bytes(path: &Path) {
-    use std::os::unix::fs::FileExt;
-    let raw = std::fs::read(path).unwrap();
-    let header_len = GgufHeader::parse(&raw).unwrap().header_len() as usize;
-    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    f.write_all_at(&vec![0xFF; header_len - 24], 24).unwrap();
-}
+    /// Overwrite the header after the counts with 0xFF, in place: same length.
+    fn rewrite_header_bytes(path: &Path) {
+        let raw = std::fs::read(path).unwrap();
+        let header_len = GgufHeader::parse(&raw).unwrap().header_len() as usize;
+        let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        common::write_at(&f, &vec![0xFF; header_len - 24], 24);
+    }
 
-fn rewrite_fixture(dir: &Path) -> (PathBuf, Vec<u8>) {
-    let mut w = Writer::new(32);
-    w.kv_str_array("tokenizer.ggml.tokens", &["a", "bc", "def"]);
-    w.kv_u32("llama.block_count", 1);
-    let data: Vec<u8> = (0..64u8).collect();
-    w.tensor("w", TensorType::F32, &[16], data.clone());
-    let path = dir.join("model.gguf");
-    std::fs::write(&path, w.to_bytes()).unwrap();
-    (path, data)
-}
+    fn rewrite_fixture(dir: &Path) -> (PathBuf, Vec<u8>) {
+        let mut w = Writer::new(32);
+        w.kv_str_array("tokenizer.ggml.tokens", &["a", "bc", "def"]);
+        w.kv_u32("llama.block_count", 1);
+        let data: Vec<u8> = (0..64u8).collect();
+        w.tensor("w", TensorType::F32, &[16], data.clone());
+        let path = dir.join("model.gguf");
+        std::fs::write(&path, w.to_bytes()).unwrap();
+        (path, data)
+    }
 
-/// The file's tensor bytes rewritten (same length) after the load returned
-/// (a rewrite before placement is noticed by its modification time, see the
-/// loader's unit tests). On Linux the mapping shows the NEW bytes: a
-/// read-only MAP_PRIVATE mapping shares the page cache until a page is
-/// written through the mapping (never, here), so pages read before or after
-/// the rewrite both show the file as it is now. This is exactly why
-/// `Weights::load` is `unsafe`: had a `&[u8]` of the tensor been held across
-/// the rewrite, memory Rust assumes immutable would have changed under it;
-/// this test takes its views only afterwards. The stream path copies, so it
-/// sees whatever the file held when read.
-#[cfg(target_os = "linux")]
-#[test]
-fn tensor_bytes_rewritten_under_the_mapping_show_through() {
-    let dir = tempfile::tempdir().unwrap();
-    let (path, original) = rewrite_fixture(dir.path());
-    let before = load_streamed(&path).unwrap();
-    assert_eq!(before.tensor("w").unwrap().to_vec().unwrap(), original);
+    /// The file's tensor bytes rewritten (same length) after the load returned
+    /// (a rewrite before placement is noticed by its modification time, see the
+    /// loader's unit tests). On Linux the mapping shows the NEW bytes: a
+    /// read-only MAP_PRIVATE mapping shares the page cache until a page is
+    /// written through the mapping (never, here), so pages read before or after
+    /// the rewrite both show the file as it is now. This is exactly why
+    /// `Weights::load` is `unsafe`: had a `&[u8]` of the tensor been held across
+    /// the rewrite, memory Rust assumes immutable would have changed under it;
+    /// this test takes its views only afterwards. The stream path copies, so it
+    /// sees whatever the file held when read.
+    #[test]
+    fn tensor_bytes_rewritten_under_the_mapping_show_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, original) = rewrite_fixture(dir.path());
+        let before = load_streamed(&path).unwrap();
+        assert_eq!(before.tensor("w").unwrap().to_vec().unwrap(), original);
 
-    let opts = LoadOptions::default().fallback(false);
-    // SAFETY: the file is changed once, below, while no view of it is held,
-    // and not afterwards.
-    let w = unsafe { Weights::load(&path, &opts) }.unwrap();
-    rewrite_tensor_bytes(&path);
-    assert_eq!(w.report().mode_used, LoadMode::Mmap);
-    assert_eq!(w.report().fallback, None);
-    let t = w.tensor("w").unwrap();
-    assert_eq!(t.host_bytes().unwrap(), &[REWRITE_BYTE; 64][..]);
-    // The mapping is of the file as it now is, header included.
-    assert_eq!(
-        w.mapped().unwrap().file_bytes(),
-        &std::fs::read(&path).unwrap()[..]
-    );
-    // The copy taken before the rewrite keeps the old bytes.
-    assert_eq!(before.tensor("w").unwrap().to_vec().unwrap(), original);
-}
+        let opts = LoadOptions::default().fallback(false);
+        // SAFETY: the file is changed once, below, while no view of it is held,
+        // and not afterwards.
+        let w = unsafe { Weights::load(&path, &opts) }.unwrap();
+        rewrite_tensor_bytes(&path);
+        assert_eq!(w.report().mode_used, LoadMode::Mmap);
+        assert_eq!(w.report().fallback, None);
+        let t = w.tensor("w").unwrap();
+        assert_eq!(t.host_bytes().unwrap(), &[REWRITE_BYTE; 64][..]);
+        // The mapping is of the file as it now is, header included.
+        assert_eq!(
+            w.mapped().unwrap().file_bytes(),
+            &std::fs::read(&path).unwrap()[..]
+        );
+        // The copy taken before the rewrite keeps the old bytes.
+        assert_eq!(before.tensor("w").unwrap().to_vec().unwrap(), original);
+    }
 
-/// The header rewritten after the load: the loader keeps the header it
-/// validated (tensor descriptors are owned), so placement is unaffected;
-/// metadata is read lazily from the mapping and now reads garbage — which
-/// must not panic (string-array lengths are re-read from the bytes).
-#[cfg(target_os = "linux")]
-#[test]
-fn header_rewritten_under_the_mapping_does_not_panic() {
-    let dir = tempfile::tempdir().unwrap();
-    let (path, original) = rewrite_fixture(dir.path());
-    let opts = LoadOptions::default().fallback(false);
-    // SAFETY: the file is changed once, below, while no view of it is held,
-    // and not afterwards.
-    let w = unsafe { Weights::load(&path, &opts) }.unwrap();
-    rewrite_header_bytes(&path);
-    assert_eq!(w.report().mode_used, LoadMode::Mmap);
-    assert_eq!(w.tensor("w").unwrap().to_vec().unwrap(), original);
-    let md = w.gguf_metadata().unwrap();
-    for (_key, value) in md.iter() {
-        if let weightmap::gguf::Value::Array(a) = value {
-            let _ = a.iter().count();
-            if let Ok(s) = a.strings() {
-                let _ = s.count();
+    /// The header rewritten after the load: the loader keeps the header it
+    /// validated (tensor descriptors are owned), so placement is unaffected;
+    /// metadata is read lazily from the mapping and now reads garbage — which
+    /// must not panic (string-array lengths are re-read from the bytes).
+    #[test]
+    fn header_rewritten_under_the_mapping_does_not_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, original) = rewrite_fixture(dir.path());
+        let opts = LoadOptions::default().fallback(false);
+        // SAFETY: the file is changed once, below, while no view of it is held,
+        // and not afterwards.
+        let w = unsafe { Weights::load(&path, &opts) }.unwrap();
+        rewrite_header_bytes(&path);
+        assert_eq!(w.report().mode_used, LoadMode::Mmap);
+        assert_eq!(w.tensor("w").unwrap().to_vec().unwrap(), original);
+        let md = w.gguf_metadata().unwrap();
+        for (_key, value) in md.iter() {
+            if let weightmap::gguf::Value::Array(a) = value {
+                let _ = a.iter().count();
+                if let Ok(s) = a.strings() {
+                    let _ = s.count();
+                }
             }
         }
+        let _ = md.get_u32("llama.block_count");
+        let _ = md.get_array("tokenizer.ggml.tokens");
+        // The file on disk is now invalid, and both modes say so alike.
+        let e = both_err(&path);
+        assert!(
+            matches!(e, Error::Truncated { ref what, needed: u64::MAX, .. } if what == "key of entry 0"),
+            "{e:?}"
+        );
     }
-    let _ = md.get_u32("llama.block_count");
-    let _ = md.get_array("tokenizer.ggml.tokens");
-    // The file on disk is now invalid, and both modes say so alike.
-    let e = both_err(&path);
-    assert!(
-        matches!(e, Error::Truncated { ref what, needed: u64::MAX, .. } if what == "key of entry 0"),
-        "{e:?}"
-    );
 }
 
 // ---- valid edge cases next to the hostile ones -------------------------------------

@@ -160,9 +160,18 @@ fn use_tree(t: &Tokens, i: &mut usize, mut path: Vec<String>, out: &mut Paths) {
 
 // ------------------------------------------------------------------ the graph
 
+/// The files of modules chosen per platform (`#[cfg_attr(unix, path =
+/// "unix.rs")] mod sys;`): each file is that module, `os::sys`, whatever
+/// its own name. Filled by [`library_files`].
+static CHOSEN: std::sync::Mutex<BTreeMap<String, Vec<String>>> =
+    std::sync::Mutex::new(BTreeMap::new());
+
 /// `src/x/y.rs` is file `y` of module `x`; `src/x.rs` and `src/x/mod.rs`
 /// are module `x`; `src/lib.rs` is the root, `[]`.
 fn module_of(rel: &str) -> Vec<String> {
+    if let Some(m) = CHOSEN.lock().unwrap().get(rel) {
+        return m.clone();
+    }
     let path = rel.strip_prefix("src/").and_then(|p| p.strip_suffix(".rs"));
     let mut m: Vec<String> = path.unwrap().split('/').map(String::from).collect();
     if m == ["lib"] || m.last().is_some_and(|f| f == "mod") {
@@ -185,6 +194,18 @@ fn library_files() -> Vec<(String, String)> {
             let mut parts = module.clone();
             parts.push(name.clone());
             let stem = format!("src/{}", parts.join("/"));
+            // A module chosen per platform (`#[cfg_attr(unix, path =
+            // "unix.rs")]`, as `os::sys`) is every file its attributes name.
+            let dir = rel.rsplit_once('/').map_or("src", |(d, _)| d);
+            let chosen = path_attributes(&text, line);
+            if !chosen.is_empty() {
+                for f in chosen {
+                    let file = format!("{dir}/{f}");
+                    CHOSEN.lock().unwrap().insert(file.clone(), parts.clone());
+                    todo.push(file);
+                }
+                continue;
+            }
             let child = [format!("{stem}.rs"), format!("{stem}/mod.rs")];
             match child.into_iter().find(|c| root.join(c).exists()) {
                 Some(c) => todo.push(c),
@@ -194,6 +215,25 @@ fn library_files() -> Vec<(String, String)> {
         files.push((rel, text));
     }
     files.sort();
+    files
+}
+
+/// The files named by `path = "..."` in the attribute lines right above
+/// line `line` (1-based) of `text`.
+fn path_attributes(text: &str, line: usize) -> Vec<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut files = Vec::new();
+    for l in lines[..line.saturating_sub(1)].iter().rev() {
+        let l = l.trim();
+        if !l.starts_with("#[") {
+            break;
+        }
+        if let Some((_, rest)) = l.split_once("path = \"") {
+            if let Some((file, _)) = rest.split_once('"') {
+                files.push(file.to_string());
+            }
+        }
+    }
     files
 }
 

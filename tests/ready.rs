@@ -105,8 +105,7 @@ fn tensor_addr(w: &Weights, name: &str) -> (usize, usize) {
 }
 
 fn page() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+    weightmap::page_size()
 }
 
 /// Whole pages inside a tensor, as (address, length).

@@ -227,7 +227,7 @@ impl CpuBuffer {
         let alignment = check_alignment(alignment)?;
         let mem = if size == 0 {
             Memory::Empty
-        } else if size < Self::MAP_THRESHOLD {
+        } else if size < Self::MAP_THRESHOLD || !crate::os::SUPPORTED {
             Memory::Heap(HeapBlock::zeroed(size, alignment)?)
         } else {
             Self::map(size, alignment, huge_pages)?
@@ -254,17 +254,14 @@ impl CpuBuffer {
         })?;
         let mut opts = memmap2::MmapOptions::new();
         opts.len(total);
-        let map = opts
+        let mut map = opts
             .map_anon()
             .map_err(|source| Error::Alloc { size, source })?;
-        #[cfg(any(target_os = "linux", target_os = "android"))]
         if huge_pages {
-            // A hint: a kernel without transparent huge pages refuses it
-            // (EINVAL) and the buffer is the same in base pages.
-            let _ = map.advise(memmap2::Advice::HugePage);
+            // A hint: a kernel without transparent huge pages refuses it,
+            // and the buffer is the same in base pages.
+            crate::os::advise_huge_pages(&mut map[..]);
         }
-        #[cfg(not(any(target_os = "linux", target_os = "android")))]
-        let _ = huge_pages;
         let addr = map.as_ptr() as usize;
         let start = addr.next_multiple_of(alignment) - addr;
         Ok(Memory::Map { map, start })
@@ -491,18 +488,9 @@ mod tests {
         ));
     }
 
-    /// Resident pages of `bytes` (whole pages inside it), by mincore.
-    fn resident_pages(bytes: &[u8]) -> usize {
-        let page = page_size();
-        let start = (bytes.as_ptr() as usize).next_multiple_of(page);
-        let end = (bytes.as_ptr() as usize + bytes.len()) & !(page - 1);
-        let mut vec = vec![0u8; (end - start) / page];
-        // SAFETY: [start, end) is page-aligned and inside `bytes`, a live
-        // mapping; `vec` has one byte per page of it.
-        let rc =
-            unsafe { libc::mincore(start as *mut libc::c_void, end - start, vec.as_mut_ptr()) };
-        assert_eq!(rc, 0);
-        vec.iter().filter(|&&v| v & 1 == 1).count()
+    /// Resident pages of `bytes` (whole pages inside it).
+    fn resident_pages(bytes: &[u8]) -> u64 {
+        crate::os::memory_residency(bytes).unwrap().resident_pages
     }
 
     #[test]
@@ -510,6 +498,11 @@ mod tests {
         let page = page_size();
         let mut b = CpuBuffer::new(64 * page, page, false).unwrap();
         assert!(b.is_mapped());
+        if !crate::os::page_advice_is_observable("prefault") {
+            prefault_for_write(&mut b.bytes_mut()[10 * page + 100..30 * page + 100]);
+            assert!(b.bytes().iter().all(|&x| x == 0), "contents unchanged");
+            return;
+        }
         assert_eq!(resident_pages(b.bytes()), 0, "a fresh mapping is lazy");
         // From the middle of page 10 to the middle of page 30: pages 11..30.
         prefault_for_write(&mut b.bytes_mut()[10 * page + 100..30 * page + 100]);
@@ -553,6 +546,14 @@ mod tests {
     fn huge_pages_advises_the_mapping_and_only_when_asked() {
         if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
             return; // a kernel without THP refuses the advice
+        }
+        if !crate::os::page_advice_is_observable("huge_pages") {
+            let b = CpuBufferType::new()
+                .huge_pages(true)
+                .alloc(8 << 20)
+                .unwrap();
+            assert!(b.bytes().iter().all(|&x| x == 0));
+            return;
         }
         let size = 8 << 20;
         let huge = CpuBufferType::new().huge_pages(true).alloc(size).unwrap();

@@ -125,7 +125,7 @@ unsafe fn map_source(
     #[cfg(test)]
     if FAIL_MAP.with(|f| f.get()) {
         return Err(FallbackReason::Map {
-            error: std::io::Error::from_raw_os_error(libc::ENODEV).to_string(),
+            error: std::io::Error::from_raw_os_error(crate::os::REFUSED_MAP_ERROR).to_string(),
         }
         .into());
     }
@@ -415,14 +415,10 @@ fn merge(mut ranges: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
 fn same_file(file: &File, path: &Path, opened: &Metadata) -> std::result::Result<(), MapFail> {
     same_length_and_time(file, path, opened)?;
     let changed = |detail: String| MapFail::Fallback(FallbackReason::FileChanged { detail });
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        match std::fs::metadata(path) {
-            Ok(p) if p.dev() == opened.dev() && p.ino() == opened.ino() => {}
-            Ok(_) => return Err(changed("the path now names another file".into())),
-            Err(e) => return Err(changed(format!("the path is gone: {e}"))),
-        }
+    match crate::os::same_file(file, path) {
+        Ok(true) => {}
+        Ok(false) => return Err(changed("the path now names another file".into())),
+        Err(e) => return Err(changed(format!("the path is gone: {e}"))),
     }
     Ok(())
 }

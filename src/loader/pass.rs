@@ -25,8 +25,6 @@ const DEFAULT_WINDOW: u64 = 64 << 20;
 /// pages, the pass was slower, not faster (BENCHMARKS.md).
 const MIN_WINDOW: u64 = 4 << 20;
 const MAX_WINDOW: u64 = 64 << 20;
-/// A PMD-size huge page (x86-64 and arm64 with 4 KiB pages).
-const HUGE_PAGE: u64 = 2 << 20;
 /// The least window read in huge pages: the kernel reads up to three huge
 /// pages past a fault, which a smaller window would not bound.
 const HUGE_FROM: u64 = 32 << 20;
@@ -257,7 +255,7 @@ impl<'w> Pass<'w> {
                     let run_start = self.reader.as_ref().map_or(0, |rd| rd.run[pos].start);
                     let from = match &self.dropped_to {
                         Some((m, end)) if Arc::ptr_eq(m, map) && r.start >= *end => {
-                            end.saturating_sub(HUGE_PAGE)
+                            end.saturating_sub(crate::os::huge_page() as u64)
                         }
                         _ => r.start,
                     };

@@ -151,7 +151,19 @@ pub(crate) enum ReadSrc<'a> {
     Memory(&'a [u8]),
 }
 
-impl ReadSrc<'_> {
+impl<'a> ReadSrc<'a> {
+    /// This source read through `own`, a reading thread's own handle on the
+    /// same file, where it has one ([`crate::os::reopen_for_reader`]).
+    pub(crate) fn with_file<'b>(self, own: Option<&'b File>) -> ReadSrc<'b>
+    where
+        'a: 'b,
+    {
+        match (self, own) {
+            (ReadSrc::File { base, .. }, Some(file)) => ReadSrc::File { file, base },
+            (src, _) => src,
+        }
+    }
+
     /// Drop `[off, off + len)` from the page cache, when the source is a
     /// file: bytes uploaded to a device are not kept on the host.
     pub(crate) fn drop_cached(&self, off: u64, len: u64) {
@@ -231,7 +243,8 @@ pub(crate) fn read_buffered(
     if !chunk.is_empty() {
         crate::alloc::push(&mut chunks, chunk, "the reads")?;
     }
-    let run = |chunk: Vec<(&mut [u8], u64)>| -> io::Result<bool> {
+    let run = |file: &mut Option<File>, chunk: Vec<(&mut [u8], u64)>| -> io::Result<bool> {
+        let src = src.with_file(file.as_ref());
         for (dst, off) in chunk {
             // Each thread maps its own pages, one call a piece, so the kernel
             // zeroes fresh pages on every thread at once; prefaulting the
@@ -245,25 +258,37 @@ pub(crate) fn read_buffered(
         }
         Ok(true)
     };
-    finish(run_queue(chunks, threads, run, progress), path, progress)
+    let handle = || match src {
+        ReadSrc::File { file, .. } => crate::os::reopen_for_reader(file, false),
+        ReadSrc::Memory(_) => Ok(None),
+    };
+    finish(
+        run_queue(chunks, threads, handle, run, progress),
+        path,
+        progress,
+    )
 }
 
 /// Run `run` on every item, in order, on `threads` scoped threads (in this
 /// thread when one is enough) that each take the next item from one queue.
+/// Each thread first makes its own state with `init` (a file handle of its
+/// own, where the system serialises reads on one).
 /// A thread stops at its first error or `Ok(false)`, and every thread stops
 /// taking items once one has failed or `progress` is cancelled. Every
 /// thread has ended when this returns; each gives its first failure, or
 /// `Ok(true)`.
-fn run_queue<I: Send>(
+fn run_queue<I: Send, S>(
     items: Vec<I>,
     threads: usize,
-    run: impl Fn(I) -> io::Result<bool> + Sync,
+    init: impl Fn() -> io::Result<S> + Sync,
+    run: impl Fn(&mut S, I) -> io::Result<bool> + Sync,
     progress: &Progress,
 ) -> Vec<io::Result<bool>> {
     let threads = threads.clamp(1, items.len().max(1));
     let queue = Mutex::new(items.into_iter());
     let failed = AtomicBool::new(false);
     let work = || -> io::Result<bool> {
+        let mut state = init().inspect_err(|_| failed.store(true, Ordering::Relaxed))?;
         loop {
             if failed.load(Ordering::Relaxed) || progress.cancelled() {
                 return Ok(!progress.cancelled());
@@ -272,7 +297,7 @@ fn run_queue<I: Send>(
             // `scope` passes on) cannot poison it midway.
             let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
             let Some(item) = next else { return Ok(true) };
-            match run(item) {
+            match run(&mut state, item) {
                 Ok(true) => {}
                 other => {
                     failed.store(true, Ordering::Relaxed);
@@ -330,56 +355,54 @@ pub(crate) fn read_direct(
     if FAIL_DIRECT.with(|f| f.get()) {
         return Ok(Err("Invalid argument (os error 22), injected".into()));
     }
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::fs::FileExt;
-        let file = match crate::os::open_direct(path) {
-            Ok(f) => f,
-            Err(e) if crate::os::refuses_direct_io(&e) => return Ok(Err(e.to_string())),
-            Err(e) => return Err(Error::io("open", path, e)),
-        };
-        let mut chunks: Vec<(&mut [u8], u64)> = dst
-            .chunks_mut(DIRECT_PIECE)
-            .enumerate()
-            .map(|(i, c)| (c, file_start + (i * DIRECT_PIECE) as u64))
-            .collect();
-        // Probe with the first block: a filesystem that accepts the open
-        // may still refuse the read (EINVAL).
-        if let Some((c, off)) = chunks.first_mut() {
-            let probe = DIRECT_ALIGN.min(c.len());
-            if let Err(e) = file.read_at(&mut c[..probe], *off) {
-                if crate::os::refuses_direct_io(&e) {
-                    return Ok(Err(e.to_string()));
-                }
-                return Err(Error::io("read", path, e));
+    let file = match crate::os::open_direct(path) {
+        Ok(f) => f,
+        Err(e) if crate::os::refuses_direct_io(&e) => return Ok(Err(e.to_string())),
+        Err(e) => return Err(Error::io("open", path, e)),
+    };
+    let mut chunks: Vec<(&mut [u8], u64)> = dst
+        .chunks_mut(DIRECT_PIECE)
+        .enumerate()
+        .map(|(i, c)| (c, file_start + (i * DIRECT_PIECE) as u64))
+        .collect();
+    // Probe with the first block: a filesystem that accepts the open
+    // may still refuse the read (EINVAL).
+    if let Some((c, off)) = chunks.first_mut() {
+        let probe = DIRECT_ALIGN.min(c.len());
+        if let Err(e) = crate::os::read_some_at(&file, &mut c[..probe], *off) {
+            if crate::os::refuses_direct_io(&e) {
+                return Ok(Err(e.to_string()));
+            }
+            return Err(Error::io("read", path, e));
+        }
+    }
+    // Threads take the next 8 MiB from one queue, so the device sees one
+    // sequential stream with a request per thread in flight.
+    let run = |own: &mut Option<File>, (dst, off): (&mut [u8], u64)| -> io::Result<bool> {
+        let file = own.as_ref().unwrap_or(&file);
+        let mut got = 0;
+        while got < dst.len() {
+            match crate::os::read_some_at(file, &mut dst[got..], off + got as u64) {
+                Ok(0) => break, // the end of the file
+                Ok(k) => got += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+            // A short read before the end comes back unaligned only at
+            // the end of the file.
+            if got % DIRECT_ALIGN != 0 {
+                break;
             }
         }
-        // Threads take the next 8 MiB from one queue, so the device sees one
-        // sequential stream with a request per thread in flight.
-        let run = |(dst, off): (&mut [u8], u64)| -> io::Result<bool> {
-            let mut got = 0;
-            while got < dst.len() {
-                match file.read_at(&mut dst[got..], off + got as u64) {
-                    Ok(0) => break, // the end of the file
-                    Ok(k) => got += k,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
-                // A short read before the end comes back unaligned only at
-                // the end of the file.
-                if got % DIRECT_ALIGN != 0 {
-                    break;
-                }
-            }
-            Ok(progress.add(dst.len() as u64))
-        };
-        finish(run_queue(chunks, threads, run, progress), path, progress).map(Ok)
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = (path, dst, file_start, threads, progress);
-        Ok(Err("O_DIRECT is Linux-only".into()))
-    }
+        Ok(progress.add(dst.len() as u64))
+    };
+    let handle = || crate::os::reopen_for_reader(&file, true);
+    finish(
+        run_queue(chunks, threads, handle, run, progress),
+        path,
+        progress,
+    )
+    .map(Ok)
 }
 
 /// The default number of threads for direct reads, whatever the core
@@ -408,7 +431,8 @@ mod tests {
             let results = run_queue(
                 (0..100).collect(),
                 threads,
-                |i: usize| {
+                || Ok(()),
+                |_: &mut (), i: usize| {
                     runs[i].fetch_add(1, Ordering::Relaxed);
                     Ok(true)
                 },
@@ -424,7 +448,8 @@ mod tests {
             let results = run_queue(
                 (0..100).collect(),
                 threads,
-                |i: usize| {
+                || Ok(()),
+                |_: &mut (), i: usize| {
                     runs[i].fetch_add(1, Ordering::Relaxed);
                     if i == 10 {
                         return Err(io::Error::other("item 10"));
@@ -463,7 +488,8 @@ mod tests {
         let results = run_queue(
             (0..100).collect(),
             1,
-            |_: usize| {
+            || Ok(()),
+            |_: &mut (), _: usize| {
                 ran.fetch_add(1, Ordering::Relaxed);
                 Ok(progress.add(PROGRESS_STEP))
             },

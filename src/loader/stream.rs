@@ -18,8 +18,8 @@ use super::source::{check_range, open_checked, Source};
 fn direct_wanted(file: &File, opts: &LoadOptions) -> std::result::Result<(), DirectOutcome> {
     match opts.direct_io {
         DirectIo::Off => Err(DirectOutcome::Off),
-        _ if !cfg!(target_os = "linux") => Err(DirectOutcome::NotApplicable {
-            reason: "O_DIRECT is Linux-only".into(),
+        _ if !crate::os::DIRECT_IO => Err(DirectOutcome::NotApplicable {
+            reason: "no direct I/O on this platform".into(),
         }),
         DirectIo::On => Ok(()),
         DirectIo::Auto => match crate::os::residency_estimate_of(file) {

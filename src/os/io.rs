@@ -1,27 +1,31 @@
-//! File and memory I/O the loader needs beyond `std`: positioned reads,
-//! direct (uncached) reads, and prefaulting memory about to be written.
+//! File and memory I/O the loader needs beyond `std`: opening a model file,
+//! positioned reads, direct (uncached) reads, and prefaulting memory about
+//! to be written.
 
 use std::fs::{File, Metadata};
 use std::io;
 use std::path::Path;
 
+use super::pages::whole_pages;
+use super::sys;
 use crate::error::{Error, Result};
 
-/// Read `buf.len()` bytes at `offset`.
-pub(crate) fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::FileExt;
-        file.read_exact_at(buf, offset)
+/// Read `buf.len()` bytes at `offset`, without moving a shared file
+/// position (`pread`; Windows `ReadFile` with an offset).
+pub(crate) fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        match sys::read_some_at(file, &mut buf[got..], offset + got as u64) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
-    #[cfg(not(unix))]
-    {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut f = file;
-        f.seek(SeekFrom::Start(offset))?;
-        f.read_exact(buf)
-    }
+    Ok(())
 }
+
+pub(crate) use sys::{open_direct, read_some_at, refuses_direct_io, reopen_for_reader, DIRECT_IO};
 
 /// [`prefault_for_write`] for the next `n` bytes of `v`'s spare capacity
 /// (at most all of it), before they are filled: a header read into a
@@ -38,58 +42,24 @@ pub(crate) fn prefault_spare(v: &mut Vec<u8>, n: usize) {
 }
 
 /// Fault in, writable, the whole pages inside `dst` in one kernel call
-/// (`MADV_POPULATE_WRITE`, Linux 5.14+), so that filling it takes no page
-/// fault per 4 KiB. Reading threads call this on their own pieces, so the
-/// kernel's zeroing of fresh pages runs on every thread at once rather than
-/// in one up-front pass. Best effort: elsewhere, on an older kernel, or on
-/// memory that refuses it, pages fault in as they are written.
+/// (`MADV_POPULATE_WRITE`, Linux 5.14+ and Android), so that filling it
+/// takes no page fault per page. Reading threads call this on their own
+/// pieces, so the kernel's zeroing of fresh pages runs on every thread at
+/// once rather than in one up-front pass. Best effort: elsewhere, on an
+/// older kernel, or on memory that refuses it, pages fault in as they are
+/// written.
 pub(crate) fn prefault_for_write(dst: &mut [u8]) {
     populate_write(dst.as_mut_ptr() as usize, dst.len());
 }
 
-/// `MADV_POPULATE_WRITE` over the whole pages inside `[addr, addr + len)`,
-/// memory the caller borrows uniquely; failure is ignored.
+/// Prefault the whole pages inside `[addr, addr + len)`, memory the caller
+/// borrows uniquely; failure is ignored.
 fn populate_write(addr: usize, len: usize) {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    {
-        let page = super::mem::page_size();
-        let start = addr.next_multiple_of(page);
-        let end = addr.saturating_add(len) & !(page - 1);
-        if end > start {
-            // SAFETY: [start, end) is page-aligned, as madvise requires, and
-            // inside memory the caller borrows uniquely (a slice or a
-            // vector's spare capacity). MADV_POPULATE_WRITE only maps the
-            // pages writable: it never reads or changes their contents
-            // (uninitialised memory stays unread), unmaps nothing, and
-            // fails (with an error we ignore) rather than signalling.
-            unsafe {
-                libc::madvise(
-                    start as *mut libc::c_void,
-                    end - start,
-                    libc::MADV_POPULATE_WRITE,
-                );
-            }
-        }
+    if let Some((start, end)) = whole_pages(addr, len, sys::page_size()) {
+        // SAFETY: [start, end) is whole pages inside memory our callers
+        // borrow uniquely (a slice or a vector's spare capacity).
+        unsafe { sys::populate_write(start, end - start) };
     }
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    let _ = (addr, len);
-}
-
-/// Open `path` for direct reads (`O_DIRECT`: the page cache is bypassed, so
-/// a cold load reads at the device's rate and leaves no cache behind).
-#[cfg(target_os = "linux")]
-pub(crate) fn open_direct(path: &Path) -> io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
-}
-
-/// Whether `e` is a file system's refusal of direct I/O (`EINVAL`, from the
-/// open or from the first read), after which buffered reads serve instead.
-pub(crate) fn refuses_direct_io(e: &io::Error) -> bool {
-    e.raw_os_error() == Some(libc::EINVAL)
 }
 
 /// Open `path` for loading: `stat` it first (opening a FIFO would block until

@@ -1,37 +1,35 @@
-//! What the system says of memory (the page size, the memory-lock limit), and a cache prefetch hint.
+//! What the system says of memory (the page size, huge pages, the
+//! memory-lock limit), and a cache prefetch hint.
 
-/// The system page size.
+use super::pages::huge_page_size;
+use super::sys;
+
+pub(crate) use sys::memlock_limit;
+
+/// The running system's page size: 4, 16 or 64 KiB (Android 15+ devices
+/// and Apple silicon run 16 KiB pages, ARM servers 64 KiB), never assumed.
+/// What a tensor's address and length are rounded to for an API that
+/// takes whole pages, such as Metal's `newBufferWithBytesNoCopy`.
+///
+/// ```
+/// let page = weightmap::page_size();
+/// assert!(page.is_power_of_two() && page >= 4096);
+/// ```
 pub fn page_size() -> usize {
-    #[cfg(unix)]
-    {
-        // SAFETY: sysconf has no preconditions; it only reads a constant.
-        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        if p > 0 {
-            return p as usize;
-        }
-    }
-    4096
+    sys::page_size()
 }
 
-/// The soft `RLIMIT_MEMLOCK`, as text, for error messages.
-pub fn memlock_limit() -> String {
-    #[cfg(unix)]
-    {
-        let mut r = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: `r` is a valid, writable rlimit for getrlimit to fill.
-        let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) };
-        if rc == 0 {
-            return if r.rlim_cur == libc::RLIM_INFINITY {
-                "unlimited".into()
-            } else {
-                format!("{} bytes", r.rlim_cur)
-            };
-        }
-    }
-    "unknown".into()
+/// The size of a transparent huge page here: one page table's reach, from
+/// the page size (2 MiB with 4 KiB pages, 32 MiB with 16 KiB).
+pub(crate) fn huge_page() -> usize {
+    huge_page_size(sys::page_size())
+}
+
+/// Ask that the anonymous memory `mem` be backed by huge pages
+/// (`MADV_HUGEPAGE`, Linux and Android): a hint, refused without
+/// transparent huge pages, and a no-op elsewhere.
+pub(crate) fn advise_huge_pages(mem: &mut [u8]) {
+    sys::advise_huge_pages(mem);
 }
 
 /// Ask the CPU to start loading the cache line of `value`: a hint, which

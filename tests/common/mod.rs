@@ -598,3 +598,12 @@ pub fn gguf_fixtures(testdata: &std::path::Path) -> Vec<std::path::PathBuf> {
     assert!(v.len() >= 4, "the committed GGUF fixtures: {v:?}");
     v
 }
+
+/// Write `buf` at `offset` of the open `file`, in place (a positioned write
+/// on every platform).
+pub fn write_at(file: &std::fs::File, buf: &[u8], offset: u64) {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut f = file;
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.write_all(buf).unwrap();
+}

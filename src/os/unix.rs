@@ -1,0 +1,539 @@
+//! Unix: Linux, Android, macOS, iOS and the BSDs.
+//!
+//! Files are mapped with memmap2 (`PROT_READ`, `MAP_PRIVATE`); advice,
+//! residency and the page cache go through libc directly, because memmap2
+//! gates its Linux advice (`HugePage`, `PopulateRead`) by
+//! `target_os = "linux"`, and Android's kernel, a Linux kernel, takes them
+//! too. What differs inside the family is marked where it is handled:
+//!
+//! - Linux and Android: `MADV_HUGEPAGE`, `MADV_POPULATE_READ`/`WRITE`
+//!   (5.14+), `posix_fadvise`, `O_DIRECT`, `/proc/self/pagemap`, and the
+//!   budget from `/proc` and the memory cgroups (Android runs apps in
+//!   memory cgroups too, v2 on current releases).
+//! - macOS and iOS: no `MADV_SEQUENTIAL` (it about doubled load time on
+//!   macOS, llama.cpp PR #740: taken as `MADV_NORMAL`), `F_RDADVISE` beside
+//!   `MADV_WILLNEED` to start reads (as ExecuTorch does, #19554), no way to
+//!   drop a file's cached pages, and the budget from the host's VM
+//!   statistics (macOS) or `os_proc_available_memory` (iOS).
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use memmap2::{Mmap, MmapOptions};
+
+use super::advice::{AccessAdvice, Residency};
+use super::budget::BudgetReading;
+
+/// Files map here.
+pub(crate) const MAPS: bool = true;
+
+#[cfg(test)]
+pub(crate) const REFUSED_MAP_ERROR: i32 = libc::ENODEV;
+
+/// Whether [`open_direct`] can bypass the page cache here.
+pub(crate) const DIRECT_IO: bool = cfg!(any(target_os = "linux", target_os = "android"));
+
+pub(crate) fn page_size() -> usize {
+    static PAGE: AtomicUsize = AtomicUsize::new(0);
+    match PAGE.load(Ordering::Relaxed) {
+        0 => {
+            // SAFETY: sysconf has no preconditions; it only reads a constant.
+            let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+            // POSIX guarantees a page size; 4 KiB only if it fails to say.
+            let p = usize::try_from(p).ok().filter(|&p| p > 0).unwrap_or(4096);
+            PAGE.store(p, Ordering::Relaxed);
+            p
+        }
+        p => p,
+    }
+}
+
+/// A map must start at a multiple of the page size.
+pub(crate) fn map_granularity() -> usize {
+    page_size()
+}
+
+/// The soft `RLIMIT_MEMLOCK`, as text, for error messages.
+pub(crate) fn memlock_limit() -> String {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `r` is a valid, writable rlimit for getrlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0 {
+        return "unknown".into();
+    }
+    if r.rlim_cur == libc::RLIM_INFINITY {
+        "unlimited".into()
+    } else {
+        format!("{} bytes", r.rlim_cur)
+    }
+}
+
+/// `madvise` over `[addr, addr + len)`.
+///
+/// # Safety
+/// The range is page-aligned, inside one live mapping of this process, and
+/// `advice` is one that cannot change the contents the process sees (or
+/// the caller says why the change is harmless there).
+unsafe fn madvise(addr: usize, len: usize, advice: libc::c_int) -> io::Result<()> {
+    // SAFETY: forwarded to the caller.
+    if unsafe { libc::madvise(addr as *mut libc::c_void, len, advice) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Fault in, writable, the page-aligned `[addr, addr + len)`
+/// (`MADV_POPULATE_WRITE`, Linux 5.14+); a no-op elsewhere, failure ignored.
+///
+/// # Safety
+/// The range is whole pages of memory the caller borrows uniquely.
+pub(crate) unsafe fn populate_write(addr: usize, len: usize) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    // SAFETY: the caller's range is whole pages it borrows uniquely.
+    // MADV_POPULATE_WRITE only maps the pages writable: it never reads or
+    // changes their contents (uninitialised memory stays unread), unmaps
+    // nothing, and fails (with an error we ignore) rather than signalling.
+    let _ = unsafe { madvise(addr, len, libc::MADV_POPULATE_WRITE) };
+    let _ = (addr, len);
+}
+
+/// `MADV_HUGEPAGE` on the whole pages of the anonymous memory `mem`
+/// (Linux, Android); a hint, refused without transparent huge pages.
+pub(crate) fn advise_huge_pages(mem: &mut [u8]) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    if let Some((start, end)) =
+        super::pages::whole_pages(mem.as_mut_ptr() as usize, mem.len(), page_size())
+    {
+        // SAFETY: whole pages of memory borrowed uniquely; MADV_HUGEPAGE
+        // only changes how the range is backed, never its contents.
+        let _ = unsafe { madvise(start, end - start, libc::MADV_HUGEPAGE) };
+    }
+    let _ = mem;
+}
+
+/// A read-only private map of `[start, start + len)` of a file, and the file.
+pub(crate) struct FileMap {
+    map: Mmap,
+    /// The mapped file, for page-cache advice on its ranges.
+    file: File,
+    /// The file offset the map starts at.
+    start: u64,
+}
+
+impl FileMap {
+    /// Map `[start, start + len)` of `file`, `PROT_READ`, `MAP_PRIVATE`.
+    ///
+    /// # Safety
+    /// The file must not be modified or truncated while the map lives;
+    /// `start` is a multiple of [`map_granularity`].
+    pub(crate) unsafe fn map(file: &File, start: u64, len: usize) -> io::Result<FileMap> {
+        if len == 0 {
+            // mmap refuses an empty map (EINVAL); say so plainly.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cannot map zero bytes",
+            ));
+        }
+        // SAFETY: forwarded to the caller: the file stays unchanged while
+        // the map lives. PROT_READ + MAP_PRIVATE means nothing in this
+        // process can write through the map.
+        let map = unsafe {
+            MmapOptions::new()
+                .offset(start)
+                .len(len)
+                .map_copy_read_only(file)?
+        };
+        Ok(FileMap {
+            map,
+            file: file.try_clone()?,
+            start,
+        })
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The address of map offset `off` (page-aligned, inside the map).
+    fn at(&self, off: usize) -> usize {
+        self.map.as_ptr() as usize + off
+    }
+
+    /// `advice` over `[off, off + len)`; `off` is page-aligned and the range
+    /// inside the map (the callers round and clamp it).
+    pub(crate) fn advise(&self, advice: AccessAdvice, off: usize, len: usize) -> io::Result<()> {
+        let a = match advice {
+            AccessAdvice::Normal => libc::MADV_NORMAL,
+            AccessAdvice::Random => libc::MADV_RANDOM,
+            // llama.cpp PR #740: about twice the load time on macOS.
+            AccessAdvice::Sequential if cfg!(target_vendor = "apple") => libc::MADV_NORMAL,
+            AccessAdvice::Sequential => libc::MADV_SEQUENTIAL,
+            AccessAdvice::WillNeed => {
+                self.will_need(off, len);
+                return Ok(());
+            }
+        };
+        // SAFETY: the range is page-aligned and inside this live map;
+        // NORMAL, RANDOM and SEQUENTIAL only change read-ahead.
+        unsafe { madvise(self.at(off), len, a) }
+    }
+
+    /// `MADV_HUGEPAGE` over the range: whether the kernel took it (only
+    /// Linux's kernel has it).
+    pub(crate) fn huge_pages(&self, off: usize, len: usize) -> bool {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        // SAFETY: the range is page-aligned and inside this live map;
+        // MADV_HUGEPAGE changes how pages are read and mapped, not what
+        // they hold.
+        return unsafe { madvise(self.at(off), len, libc::MADV_HUGEPAGE) }.is_ok();
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        {
+            let _ = (off, len);
+            false
+        }
+    }
+
+    /// Queue reads of the range (`MADV_WILLNEED`; Apple: `F_RDADVISE` too).
+    /// Linux caps one call at the device's read-ahead size, so the range is
+    /// advised in 1 MiB pieces.
+    pub(crate) fn will_need(&self, off: usize, len: usize) {
+        const PIECE: usize = 1 << 20;
+        let end = off + len;
+        let mut at = off;
+        while at < end {
+            let n = PIECE.min(end - at);
+            // SAFETY: a page-aligned piece inside this live map; WILLNEED
+            // only starts reads.
+            let _ = unsafe { madvise(self.at(at), n, libc::MADV_WILLNEED) };
+            #[cfg(target_vendor = "apple")]
+            self.read_advise(at, n);
+            at += n;
+        }
+    }
+
+    /// `fcntl(F_RDADVISE)`: ask the kernel to read the file range ahead.
+    #[cfg(target_vendor = "apple")]
+    fn read_advise(&self, off: usize, len: usize) {
+        let (Ok(ra_offset), Ok(ra_count)) = (
+            libc::off_t::try_from(self.start + off as u64),
+            libc::c_int::try_from(len),
+        ) else {
+            return;
+        };
+        let ra = libc::radvisory {
+            ra_offset,
+            ra_count,
+        };
+        // SAFETY: F_RDADVISE reads the radvisory struct, a live local; the
+        // descriptor is open for as long as `self.file` lives.
+        let _ = unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_RDADVISE, &ra) };
+    }
+
+    /// Wait until the range is cached and mapped (`MADV_POPULATE_READ`,
+    /// Linux 5.14+). Mapped bytes are never dereferenced, so a file
+    /// truncated underneath gives an error (`EFAULT`), not `SIGBUS`. Where
+    /// the kernel lacks it, `MADV_WILLNEED`.
+    pub(crate) fn populate_read(&self, off: usize, len: usize) -> io::Result<()> {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        // SAFETY: the range is page-aligned and inside this live map;
+        // POPULATE_READ maps pages as a read fault would, changing nothing.
+        match unsafe { madvise(self.at(off), len, libc::MADV_POPULATE_READ) } {
+            // EINVAL: a kernel older than 5.14.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            r => return r,
+        }
+        // SAFETY: as in `will_need`.
+        unsafe { madvise(self.at(off), len, libc::MADV_WILLNEED) }
+    }
+
+    /// Drop the range from this map (`MADV_DONTNEED`) and from the page
+    /// cache (`POSIX_FADV_DONTNEED`, Linux, which drops only clean pages no
+    /// other mapping holds).
+    pub(crate) fn release(&self, off: usize, len: usize) -> io::Result<()> {
+        // SAFETY: MADV_DONTNEED discards a private mapping's pages, and with
+        // them any copy-on-write changes; this map is PROT_READ and never
+        // written, so it has none, and the next access re-reads the file's
+        // bytes, which the map's contract says do not change. The range is
+        // page-aligned and inside the map.
+        unsafe { madvise(self.at(off), len, libc::MADV_DONTNEED)? };
+        drop_cached(&self.file, self.start + off as u64, len as u64);
+        Ok(())
+    }
+
+    /// `mincore` over the range.
+    pub(crate) fn residency(&self, off: usize, len: usize) -> io::Result<Residency> {
+        residency(self.at(off), len)
+    }
+
+    /// `mlock` the whole map; munmap unlocks it.
+    pub(crate) fn lock(&self) -> io::Result<()> {
+        self.map.lock()
+    }
+}
+
+/// `mincore` over the page-aligned `[addr, addr + len)` of a live mapping.
+pub(crate) fn residency(addr: usize, len: usize) -> io::Result<Residency> {
+    let pages = len.div_ceil(page_size());
+    if pages == 0 {
+        return Ok(Residency::default());
+    }
+    let mut vec = Vec::new();
+    vec.try_reserve_exact(pages)
+        .map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
+    vec.resize(pages, 0u8);
+    // SAFETY: `addr` is page-aligned and `[addr, addr + len)` lies inside a
+    // live mapping (the callers clamp it); `vec` has one writable byte per
+    // page of that range, as mincore requires. mincore reads no mapped byte.
+    let rc = unsafe { libc::mincore(addr as *mut libc::c_void, len, vec.as_mut_ptr().cast()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let resident = vec.iter().filter(|&&b| b & 1 != 0).count();
+    Ok(Residency {
+        resident_pages: resident as u64,
+        total_pages: pages as u64,
+    })
+}
+
+/// A map of a whole file that is never read, for asking which of its pages
+/// are cached (what `fincore` does).
+pub(crate) struct CacheProbe {
+    map: Mmap,
+}
+
+impl CacheProbe {
+    /// `None` for an empty file, which cannot be mapped.
+    pub(crate) fn open(file: &File) -> io::Result<Option<CacheProbe>> {
+        if file.metadata()?.len() == 0 {
+            return Ok(None);
+        }
+        // SAFETY: the map's bytes are never read or handed out (only
+        // mincore looks at it, which reads which pages are cached), so a
+        // file changing underneath cannot affect memory this code reads.
+        let map = unsafe { MmapOptions::new().map(file)? };
+        Ok(Some(CacheProbe { map }))
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The cached pages of `[off, off + len)`, `off` page-aligned.
+    pub(crate) fn residency(&self, off: usize, len: usize) -> io::Result<Residency> {
+        let len = len.min(self.map.len().saturating_sub(off));
+        residency(self.map.as_ptr() as usize + off, len)
+    }
+}
+
+/// This process's `/proc/self/pagemap` (Linux, Android): one 64-bit entry
+/// per page, bit 63 set when the page is mapped.
+#[derive(Debug)]
+pub(crate) struct PageMap {
+    file: File,
+}
+
+impl PageMap {
+    /// # Errors
+    /// Where there is no `/proc/self/pagemap` (not Linux's kernel, no procfs).
+    pub(crate) fn open() -> io::Result<PageMap> {
+        Ok(PageMap {
+            file: File::open("/proc/self/pagemap")?,
+        })
+    }
+
+    /// Whether the page holding `addr` is mapped in this process.
+    ///
+    /// # Errors
+    /// The read of the entry.
+    pub(crate) fn present(&self, addr: usize) -> io::Result<bool> {
+        let mut entry = [0u8; 8];
+        let at = (addr / page_size()) as u64 * 8;
+        self.file.read_exact_at(&mut entry, at)?;
+        Ok(u64::from_le_bytes(entry) >> 63 == 1)
+    }
+}
+
+/// `posix_fadvise` over `[offset, offset + len)` (0, 0: the whole file).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn fadvise(file: &File, offset: u64, len: u64, advice: libc::c_int) -> io::Result<()> {
+    // On 32-bit Android `off_t` is 32 bits: a range past it is not advised.
+    let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    };
+    // SAFETY: posix_fadvise only reads its integer arguments; an invalid
+    // descriptor or range is reported as an error code.
+    match unsafe { libc::posix_fadvise(file.as_raw_fd(), off, len, advice) } {
+        0 => Ok(()),
+        rc => Err(io::Error::from_raw_os_error(rc)),
+    }
+}
+
+/// Drop the file's clean, unmapped pages from the page cache.
+pub(crate) fn evict(file: &File) -> io::Result<()> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    return fadvise(file, 0, 0, libc::POSIX_FADV_DONTNEED);
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let _ = file;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this system has no posix_fadvise(POSIX_FADV_DONTNEED)",
+        ))
+    }
+}
+
+/// Drop a range of the file from the page cache; advisory.
+pub(crate) fn drop_cached(file: &File, offset: u64, len: u64) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let _ = fadvise(file, offset, len, libc::POSIX_FADV_DONTNEED);
+    let _ = (file, offset, len);
+}
+
+/// `POSIX_FADV_RANDOM` on the descriptor: no read-ahead; advisory.
+pub(crate) fn advise_no_readahead(file: &File) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let _ = fadvise(file, 0, 0, libc::POSIX_FADV_RANDOM);
+    let _ = file;
+}
+
+/// `pread`: some bytes at `offset`, the file position untouched.
+pub(crate) fn read_some_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    file.read_at(buf, offset)
+}
+
+/// A reading thread's own handle on `file`, or `None` to share it: `pread`
+/// keeps no shared position and the kernel does not serialise it.
+pub(crate) fn reopen_for_reader(_file: &File, _direct: bool) -> io::Result<Option<File>> {
+    Ok(None)
+}
+
+/// Open `path` for direct reads (`O_DIRECT`: the page cache is bypassed, so
+/// a cold load reads at the device's rate and leaves no cache behind).
+/// Offsets, lengths and buffer addresses must be multiples of the logical
+/// block size.
+pub(crate) fn open_direct(path: &Path) -> io::Result<File> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let _ = path;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "O_DIRECT is Linux-only",
+        ))
+    }
+}
+
+/// Whether `e` is a file system's refusal of direct I/O (`EINVAL`, from the
+/// open or from the first read: an SD card on Android, tmpfs), after which
+/// buffered reads serve instead.
+pub(crate) fn refuses_direct_io(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EINVAL)
+}
+
+/// Whether `path` still names the open `file` (device and inode).
+pub(crate) fn same_file(file: &File, path: &Path) -> io::Result<bool> {
+    let (open, now) = (file.metadata()?, std::fs::metadata(path)?);
+    Ok(now.dev() == open.dev() && now.ino() == open.ino())
+}
+
+/// The memory budget: Linux and Android read `/proc` and the memory
+/// cgroups; macOS the host's VM statistics; iOS `os_proc_available_memory`.
+pub(crate) fn read_budget() -> BudgetReading {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    return super::cgroup::read_budget_in(Path::new("/"));
+    #[cfg(target_os = "macos")]
+    return apple::host_vm_budget();
+    #[cfg(any(target_os = "ios", target_os = "tvos", target_os = "visionos"))]
+    return apple::proc_available_budget();
+    #[allow(unreachable_code)]
+    BudgetReading::Unreadable {
+        why: "no memory figure is read on this system".into(),
+    }
+}
+
+#[cfg(target_vendor = "apple")]
+mod apple {
+    use super::super::budget::{Budget, BudgetReading, Source};
+
+    /// What macOS could hand out without paging out memory in use: the
+    /// free, inactive, purgeable and speculative pages of
+    /// `host_statistics64(HOST_VM_INFO64)` (what `vm_stat` prints), as
+    /// Activity Monitor's "available" counts them.
+    #[cfg(target_os = "macos")]
+    pub(super) fn host_vm_budget() -> BudgetReading {
+        // SAFETY: an all-zero vm_statistics64 is a valid value of this
+        // plain C struct of integers.
+        let mut stats: libc::vm_statistics64 = unsafe { std::mem::zeroed() };
+        let mut count = libc::HOST_VM_INFO64_COUNT;
+        // SAFETY: `stats` is writable and `count` says how many integers it
+        // holds, as host_statistics64 requires; mach_host_self has no
+        // preconditions.
+        let rc = unsafe {
+            libc::host_statistics64(
+                libc::mach_host_self(),
+                libc::HOST_VM_INFO64,
+                (&mut stats as *mut libc::vm_statistics64).cast(),
+                &mut count,
+            )
+        };
+        if rc != libc::KERN_SUCCESS {
+            return BudgetReading::Unreadable {
+                why: format!("host_statistics64 returned {rc}"),
+            };
+        }
+        let pages = u64::from(stats.free_count)
+            + u64::from(stats.inactive_count)
+            + u64::from(stats.purgeable_count)
+            + u64::from(stats.speculative_count);
+        BudgetReading::least(
+            vec![Budget {
+                bytes: pages.saturating_mul(super::page_size() as u64),
+                source: Source::HostVmStatistics,
+            }],
+            Vec::new(),
+        )
+    }
+
+    #[cfg(any(target_os = "ios", target_os = "tvos", target_os = "visionos"))]
+    extern "C" {
+        /// `<os/proc.h>`, iOS 13+: the bytes the app may still allocate
+        /// before it reaches its jetsam limit; 0 when not applicable.
+        fn os_proc_available_memory() -> libc::size_t;
+    }
+
+    #[cfg(any(target_os = "ios", target_os = "tvos", target_os = "visionos"))]
+    pub(super) fn proc_available_budget() -> BudgetReading {
+        // SAFETY: no arguments, no preconditions.
+        let bytes = unsafe { os_proc_available_memory() };
+        if bytes == 0 {
+            return BudgetReading::Unreadable {
+                why: "os_proc_available_memory returned 0 (no jetsam limit applies)".into(),
+            };
+        }
+        BudgetReading::least(
+            vec![Budget {
+                bytes: bytes as u64,
+                source: Source::ProcAvailableMemory,
+            }],
+            Vec::new(),
+        )
+    }
+}
