@@ -55,7 +55,15 @@ fn file_tensors(path: &Path, w: &Weights) -> Vec<Vec<u8>> {
 fn a_direct_stream_load_leaves_the_page_cache_nearly_empty() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let path = model(dir.path(), 8, 8);
-    evict(&path).unwrap();
+    // Where the file's cache cannot be dropped or seen (Windows, macOS),
+    // the direct load still runs and its bytes are checked.
+    let cache = match evict(&path) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("a_direct_stream_load: page-cache assertions skipped: evict: {e}");
+            false
+        }
+    };
     let opts = LoadOptions::default()
         .direct_io(DirectIo::On)
         .read_threads(3);
@@ -67,8 +75,10 @@ fn a_direct_stream_load_leaves_the_page_cache_nearly_empty() {
     }
     assert_eq!(read.direct, DirectOutcome::Used);
     assert_eq!(read.threads, 3);
-    let r = file_residency(&path).unwrap();
-    assert!(r.fraction() < 0.05, "{r:?}");
+    if cache {
+        let r = file_residency(&path).unwrap();
+        assert!(r.fraction() < 0.05, "{r:?}");
+    }
     // The owned buffer holds the file's layout; every tensor is still at
     // the buffer type's alignment and byte-identical.
     for t in w.tensors() {
@@ -76,12 +86,16 @@ fn a_direct_stream_load_leaves_the_page_cache_nearly_empty() {
     }
     assert_eq!(bytes_of(&w), file_tensors(&path, &w));
     // Buffered, the same bytes, and the file is then cached.
-    evict(&path).unwrap();
+    if cache {
+        evict(&path).unwrap();
+    }
     let b =
         Weights::load_streamed(&path, &LoadOptions::default().direct_io(DirectIo::Off)).unwrap();
     assert_eq!(b.report().read.as_ref().unwrap().direct, DirectOutcome::Off);
     assert_eq!(bytes_of(&b), bytes_of(&w));
-    assert!(file_residency(&path).unwrap().fraction() > 0.9);
+    if cache {
+        assert!(file_residency(&path).unwrap().fraction() > 0.9);
+    }
 }
 
 #[test]
@@ -90,6 +104,21 @@ fn auto_reads_directly_only_from_a_cold_cache() {
     let path = model(dir.path(), 4, 4);
     std::fs::read(&path).unwrap();
     let warm = Weights::load_streamed(&path, &LoadOptions::default()).unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    if let Err(e) = file_residency(&path) {
+        // The cache cannot be seen (Windows): Auto reads buffered, and
+        // says why.
+        eprintln!("auto_reads_directly: page-cache assertions skipped: {e}");
+        let read = warm.report().read.clone().unwrap();
+        assert!(
+            matches!(&read.direct, DirectOutcome::NotApplicable { reason }
+                if reason.starts_with("residency unknown")),
+            "{read:?}"
+        );
+        assert_eq!(read.threads, cores);
+        assert_eq!(bytes_of(&warm), file_tensors(&path, &warm));
+        return;
+    }
     match &warm.report().read.as_ref().unwrap().direct {
         DirectOutcome::Skipped { reason } => assert!(reason.contains("page cache"), "{reason}"),
         other => panic!("warm: {other:?}"),
@@ -107,7 +136,6 @@ fn auto_reads_directly_only_from_a_cold_cache() {
     assert_eq!(bytes_of(&cold), bytes_of(&warm));
     // By default, direct reads take 4 threads, whatever the core count
     // (they wait on the device); buffered ones, the cores, at most 4.
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
     let read = cold.report().read.clone().unwrap();
     let expected = if read.direct == DirectOutcome::Used {
         4

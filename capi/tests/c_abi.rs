@@ -5,6 +5,13 @@
 //!
 //! Skipped, with a visible message, when there is no C compiler (CI
 //! installs one); `WM_REQUIRE_CC=1` makes a missing compiler a failure.
+//!
+//! For another target, `.ci/cross.sh` names a cross toolchain: the program
+//! is then compiled with `WM_CAPI_CROSS_CC` against `WM_CAPI_CROSS_LIB`
+//! (the target's static library, or a DLL's import library, whose DLL is
+//! put beside the program), with `WM_CAPI_CROSS_LINK`'s libraries, and run
+//! through `WM_CAPI_CROSS_RUNNER` (wine, qemu): the C ABI checked on the
+//! target, from this host test.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -140,13 +147,96 @@ fn skipped(what: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED: {what}");
 }
 
-fn compiler() -> Option<String> {
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let ok = Command::new(&cc)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    ok.then_some(cc)
+/// How a C program is built and run: the host's compiler and static
+/// library, or a cross toolchain's (see the module's comment).
+struct Toolchain {
+    cc: String,
+    lib: PathBuf,
+    link: Vec<String>,
+    runner: Vec<String>,
+    cross: bool,
+}
+
+impl Toolchain {
+    /// The cross toolchain the environment names, or the host's compiler
+    /// (`cc`, or `$CC`) if it answers.
+    fn find() -> Option<Toolchain> {
+        let words = |v: &str| -> Vec<String> {
+            std::env::var(v)
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(String::from)
+                .collect()
+        };
+        if let Ok(cc) = std::env::var("WM_CAPI_CROSS_CC") {
+            let lib = PathBuf::from(std::env::var("WM_CAPI_CROSS_LIB").expect("WM_CAPI_CROSS_LIB"));
+            assert!(lib.exists(), "{} was not built", lib.display());
+            return Some(Toolchain {
+                cc,
+                lib,
+                link: words("WM_CAPI_CROSS_LINK"),
+                runner: words("WM_CAPI_CROSS_RUNNER"),
+                cross: true,
+            });
+        }
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let ok = Command::new(&cc)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        ok.then(|| Toolchain {
+            cc,
+            lib: static_lib(),
+            link: ["-lpthread", "-ldl", "-lm"].map(String::from).to_vec(),
+            runner: Vec::new(),
+            cross: false,
+        })
+    }
+
+    /// Compile `src` (with `flags`) into `exe`, linked with the library.
+    fn build(&self, src: &Path, flags: &[&str], exe: &Path) -> Result<(), String> {
+        let capi = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut cmd = Command::new(&self.cc);
+        cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-I"])
+            .arg(capi.join("include"))
+            .arg(src)
+            .args(flags)
+            .arg(&self.lib)
+            .args(&self.link)
+            .arg("-o")
+            .arg(exe);
+        let built = cmd.output().unwrap();
+        if !built.status.success() {
+            return Err(format!(
+                "compiling failed: {:?}\n{}",
+                cmd,
+                String::from_utf8_lossy(&built.stderr)
+            ));
+        }
+        // A DLL's import library (`libNAME.dll.a`): the DLL goes beside
+        // the program, where Windows looks first.
+        let name = self.lib.file_name().unwrap().to_str().unwrap();
+        if let Some(dll) = name.strip_prefix("lib").and_then(|n| n.strip_suffix(".a")) {
+            if dll.ends_with(".dll") {
+                let from = self.lib.with_file_name(dll);
+                std::fs::copy(&from, exe.with_file_name(dll))
+                    .map_err(|e| format!("{}: {e}", from.display()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A command that runs `exe` on the target.
+    fn run(&self, exe: &Path) -> Command {
+        match self.runner.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        }
+    }
 }
 
 /// The static library cargo built for this test: the package's lib target
@@ -159,33 +249,26 @@ fn static_lib() -> PathBuf {
     lib
 }
 
-fn build_and_run(cc: &str, dir: &Path, expect: &Path, sanitize: bool) -> Result<String, String> {
+fn build_and_run(
+    tc: &Toolchain,
+    dir: &Path,
+    expect: &Path,
+    sanitize: bool,
+) -> Result<String, String> {
     let capi = Path::new(env!("CARGO_MANIFEST_DIR"));
     let exe = dir.join(if sanitize {
-        "capi_test_asan"
+        "capi_test_asan.exe"
     } else {
-        "capi_test"
+        "capi_test.exe"
     });
-    let mut cmd = Command::new(cc);
-    cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g"])
-        .arg("-I")
-        .arg(capi.join("include"))
-        .arg(capi.join("tests/c/capi_test.c"));
-    if sanitize {
-        cmd.args(["-fsanitize=address,undefined", "-fno-omit-frame-pointer"]);
-    }
-    cmd.arg(static_lib())
-        .args(["-lpthread", "-ldl", "-lm", "-o"])
-        .arg(&exe);
-    let built = cmd.output().unwrap();
-    if !built.status.success() {
-        return Err(format!(
-            "compiling failed: {:?}\n{}",
-            cmd,
-            String::from_utf8_lossy(&built.stderr)
-        ));
-    }
-    let run = Command::new(&exe)
+    let flags: &[&str] = if sanitize {
+        &["-fsanitize=address,undefined", "-fno-omit-frame-pointer"]
+    } else {
+        &[]
+    };
+    tc.build(&capi.join("tests/c/capi_test.c"), flags, &exe)?;
+    let run = tc
+        .run(&exe)
         .arg(expect)
         .env(
             "ASAN_OPTIONS",
@@ -208,7 +291,7 @@ fn build_and_run(cc: &str, dir: &Path, expect: &Path, sanitize: bool) -> Result<
 
 #[test]
 fn c_program_checks_fixtures_and_error_paths() {
-    let Some(cc) = compiler() else {
+    let Some(tc) = Toolchain::find() else {
         assert!(
             std::env::var_os("WM_REQUIRE_CC").is_none(),
             "WM_REQUIRE_CC is set and there is no C compiler"
@@ -241,12 +324,16 @@ fn c_program_checks_fixtures_and_error_paths() {
     let path = dir.path().join("expect.txt");
     std::fs::write(&path, &expect).unwrap();
 
-    let out = build_and_run(&cc, dir.path(), &path, false).unwrap_or_else(|e| panic!("{e}"));
+    let out = build_and_run(&tc, dir.path(), &path, false).unwrap_or_else(|e| panic!("{e}"));
     print!("{out}");
     assert!(out.contains(" passed, 0 failed"), "{out}");
+    if tc.cross {
+        return; // the sanitizers are the host compiler's
+    }
+    let cc = &tc.cc;
 
     // Once under AddressSanitizer (and UBSan), when the compiler has it.
-    let probe = Command::new(&cc)
+    let probe = Command::new(cc)
         .args(["-fsanitize=address", "-x", "c", "-", "-o"])
         .arg(dir.path().join("probe"))
         .stdin(std::process::Stdio::piped())
@@ -265,14 +352,14 @@ fn c_program_checks_fixtures_and_error_paths() {
         ));
         return;
     }
-    let out = build_and_run(&cc, dir.path(), &path, true).unwrap_or_else(|e| panic!("{e}"));
+    let out = build_and_run(&tc, dir.path(), &path, true).unwrap_or_else(|e| panic!("{e}"));
     print!("under ASan: {out}");
 }
 
 /// The README's "From C and C++" example compiles as it stands and runs.
 #[test]
 fn readme_c_example_builds_and_runs() {
-    let Some(cc) = compiler() else {
+    let Some(tc) = Toolchain::find() else {
         assert!(
             std::env::var_os("WM_REQUIRE_CC").is_none(),
             "WM_REQUIRE_CC is set and there is no C compiler"
@@ -286,35 +373,21 @@ fn readme_c_example_builds_and_runs() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("readme.c");
     std::fs::write(&src, &readme[start..start + len]).unwrap();
-    let exe = dir.path().join("readme");
-    let built = Command::new(&cc)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-I"])
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("include"))
-        .arg(&src)
-        .arg(static_lib())
-        .args(["-lpthread", "-ldl", "-lm", "-o"])
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    let run = Command::new(&exe)
+    let exe = dir.path().join("readme.exe");
+    tc.build(&src, &[], &exe).unwrap_or_else(|e| panic!("{e}"));
+    let run = tc
+        .run(&exe)
         .arg(root().join("testdata/tiny-llama.gguf"))
         .output()
         .unwrap();
-    let out = String::from_utf8_lossy(&run.stdout);
+    // Windows' C library writes text as CRLF.
+    let out = String::from_utf8_lossy(&run.stdout).replace("\r\n", "\n");
     assert!(run.status.success());
     assert!(
         out.starts_with("1 layers\ntoken_embd.weight type 0 ne0 8\n"),
         "{out}"
     );
-    let missing = Command::new(&exe)
-        .arg("/nonexistent.gguf")
-        .output()
-        .unwrap();
+    let missing = tc.run(&exe).arg("/nonexistent.gguf").output().unwrap();
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent.gguf"));
 }

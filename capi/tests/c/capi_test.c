@@ -277,7 +277,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s EXPECT_FILE\n", argv[0]);
         return 2;
     }
-    FILE *f = fopen(argv[1], "r");
+    /* Binary: on Windows, ftell in text mode misplaces LF-only lines. */
+    FILE *f = fopen(argv[1], "rb");
     if (!f) {
         perror(argv[1]);
         return 2;
