@@ -8,7 +8,6 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 use crate::outfile::OutFile;
-use std::os::unix::fs::FileExt;
 use weightmap::gguf::{OwnedValue, Writer};
 use weightmap::gguf::{Value, ValueType};
 use weightmap::Format;
@@ -162,10 +161,37 @@ fn copier<'a>(
         let t = tensors
             .get(group[i])
             .expect("a group holds indices of the table");
-        file.read_exact_at(buf, t.file_offset + at[i])?;
+        read_exact_at(file, buf, t.file_offset + at[i])?;
         at[i] += buf.len() as u64;
         Ok(())
     }
+}
+
+/// Fill `buf` from `file` at `offset`: `pread` on Unix; on Windows
+/// `ReadFile` at an offset (`seek_read`), which also moves the file
+/// position (nothing here reads the file by position) and may return
+/// fewer bytes, so it is repeated until `buf` is full.
+#[cfg(unix)]
+fn read_exact_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+}
+
+#[cfg(windows)]
+fn read_exact_at(file: &std::fs::File, mut buf: &mut [u8], mut offset: u64) -> std::io::Result<()> {
+    use std::io::ErrorKind;
+    use std::os::windows::fs::FileExt;
+    while !buf.is_empty() {
+        match file.seek_read(buf, offset) {
+            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                buf = &mut buf[n..];
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 fn write_gguf(
@@ -265,6 +291,21 @@ fn write_safetensors(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_exact_at_reads_at_the_offset_and_fails_past_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, (0..=255u8).collect::<Vec<_>>()).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        let mut buf = [0u8; 4];
+        read_exact_at(&f, &mut buf, 100).unwrap();
+        assert_eq!(buf, [100, 101, 102, 103]);
+        read_exact_at(&f, &mut buf, 0).unwrap();
+        assert_eq!(buf, [0, 1, 2, 3]);
+        let e = read_exact_at(&f, &mut buf, 254).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+    }
 
     #[test]
     fn partition_balances_bytes_and_leaves_no_shard_empty() {

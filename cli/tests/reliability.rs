@@ -1,12 +1,17 @@
 //! Never abort, never clobber: the `weightmap` command run in child
 //! processes, some under `RLIMIT_AS`, against hostile destinations, huge
 //! sizes, signals and files that change under it.
+//!
+//! Address-space limits, device nodes, FIFOs, symlinks, signals sent with
+//! kill(2) and truncating a mapped file are Unix's: those tests are
+//! `#[cfg(unix)]`; the rest run everywhere.
 
 use std::fs;
-use std::os::unix::fs::FileTypeExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+#[cfg(unix)]
+use std::process::Stdio;
+use std::process::{Command, Output};
+#[cfg(unix)]
 use std::time::Duration;
 
 /// `weightmap ARGS` in `dir`.
@@ -19,7 +24,9 @@ fn wm(dir: &Path, args: &[&str]) -> Output {
 }
 
 /// `weightmap ARGS` in `dir` with its address space limited to `limit` bytes.
+#[cfg(unix)]
 fn wm_limited(dir: &Path, limit: u64, args: &[&str]) -> Output {
+    use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_weightmap"));
     cmd.args(args).current_dir(dir);
     // SAFETY: the closure runs in the child between fork and exec and only
@@ -75,7 +82,31 @@ fn gen_args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
 // ---- item 1: gen's output file ---------------------------------------------
 
 #[test]
+fn gen_refuses_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    fs::create_dir(d.join("subdir")).unwrap();
+    let line = one_error(&wm(d, &gen_args("subdir", &SMALL)));
+    assert!(line.contains("not a regular file"), "{line}");
+    assert!(line.contains("a directory"), "{line}");
+    assert!(d.join("subdir").is_dir());
+    assert!(temp_files(d).is_empty());
+}
+
+#[cfg(windows)]
+#[test]
+fn gen_refuses_the_null_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let line = one_error(&wm(d, &gen_args("NUL", &SMALL)));
+    assert!(line.contains("not a regular file"), "{line}");
+    assert!(temp_files(d).is_empty());
+}
+
+#[cfg(unix)]
+#[test]
 fn gen_refuses_device_fifo_directory_and_symlink_to_device() {
+    use std::os::unix::fs::FileTypeExt;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     // A character device of our own where we may make one (root), else /dev/null.
@@ -109,6 +140,7 @@ fn gen_refuses_device_fifo_directory_and_symlink_to_device() {
     assert!(temp_files(d).is_empty());
 }
 
+#[cfg(unix)]
 #[test]
 fn gen_never_writes_through_a_planted_temp_symlink() {
     let dir = tempfile::tempdir().unwrap();
@@ -148,6 +180,7 @@ fn gen_size_below_the_minimum_is_an_error() {
     assert!(temp_files(d).is_empty());
 }
 
+#[cfg(unix)]
 #[test]
 fn gen_sigterm_removes_the_temporary_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -195,6 +228,7 @@ fn gen_16t_exits_cleanly() {
     }
 }
 
+#[cfg(unix)]
 #[test]
 fn gen_writes_a_tensor_larger_than_its_address_space() {
     let dir = tempfile::tempdir().unwrap();
@@ -231,6 +265,7 @@ fn gen_writes_a_tensor_larger_than_its_address_space() {
 
 // ---- item 7: SIGBUS ---------------------------------------------------------
 
+#[cfg(unix)]
 #[test]
 fn load_hashes_on_a_file_truncated_under_its_mapping_is_one_error_line() {
     let dir = tempfile::tempdir().unwrap();
@@ -347,6 +382,7 @@ fn an_oversized_safetensors_header_length_has_its_own_message() {
 // ---- item 4: allocation failure is an error ---------------------------------
 
 /// A GGUF with `n` one-element f32 tensors, written with the crate's writer.
+#[cfg(unix)]
 fn many_tensors(path: &Path, n: usize) {
     use weightmap::gguf::Writer;
     use weightmap::TensorType;
@@ -360,6 +396,7 @@ fn many_tensors(path: &Path, n: usize) {
 }
 
 /// A GGUF whose header is about 30 MB: one long string value.
+#[cfg(unix)]
 fn big_header(path: &Path) {
     use weightmap::gguf::Writer;
     use weightmap::TensorType;
@@ -372,6 +409,7 @@ fn big_header(path: &Path) {
 
 /// Under each limit, the command succeeds or exits 1 with one error line:
 /// never a signal (an abort is SIGABRT, status 134 from a shell).
+#[cfg(unix)]
 fn never_aborts(d: &Path, file: &str, limits: &[u64]) -> Vec<(u64, String, Option<i32>)> {
     let mut seen = Vec::new();
     for &limit in limits {
@@ -402,6 +440,7 @@ fn never_aborts(d: &Path, file: &str, limits: &[u64]) -> Vec<(u64, String, Optio
     seen
 }
 
+#[cfg(unix)]
 #[test]
 fn a_million_tensors_under_rlimit_as_is_an_error_not_an_abort() {
     let dir = tempfile::tempdir().unwrap();
@@ -413,6 +452,7 @@ fn a_million_tensors_under_rlimit_as_is_an_error_not_an_abort() {
 }
 
 /// A safetensors file with `n` one-element f32 tensors, packed.
+#[cfg(unix)]
 fn many_safetensors(path: &Path, n: usize) {
     use std::io::Write;
     let mut json = String::from("{");
@@ -434,6 +474,7 @@ fn many_safetensors(path: &Path, n: usize) {
     f.flush().unwrap();
 }
 
+#[cfg(unix)]
 #[test]
 fn many_safetensors_entries_under_rlimit_as_is_an_error_not_an_abort() {
     let dir = tempfile::tempdir().unwrap();
@@ -449,6 +490,7 @@ fn many_safetensors_entries_under_rlimit_as_is_an_error_not_an_abort() {
     assert!(seen.iter().any(|s| s.2 == Some(1)), "{seen:?}");
 }
 
+#[cfg(unix)]
 #[test]
 fn a_30_mb_header_under_rlimit_as_is_an_error_not_an_abort() {
     let dir = tempfile::tempdir().unwrap();

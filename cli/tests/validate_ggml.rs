@@ -107,9 +107,10 @@ fn cli_refuses_with_the_rule_and_where() {
         .tensor(Tensor::new("w\0x", tt::F32, &[8]))
         .tensor(Tensor::new("w\0y", tt::F32, &[8]))
         .bytes();
-    // The NUL is printed escaped.
+    // The NUL is printed escaped. (Not "nul.gguf": Windows reserves the
+    // name NUL, with any extension, for its null device.)
     assert_cli_refuses(
-        &write_temp(d, "nul.gguf", &nul),
+        &write_temp(d, "nul-name.gguf", &nul),
         GgmlRule::TensorName,
         "'w\\0x'",
     );

@@ -251,6 +251,9 @@ impl ModeResult {
 }
 
 pub fn run(a: &Args) -> CliResult {
+    if a.cold {
+        refuse_cold_where_nothing_evicts()?;
+    }
     let (file, generated) = match &a.file {
         Some(f) => (f.clone(), false),
         None => (
@@ -590,6 +593,27 @@ fn run_child(exe: &Path, file: &Path, kind: Kind, cold: bool, hashes: bool) -> C
         prefetch: text("prefetch"),
         tensors,
     })
+}
+
+/// With --cold, fail before anything is generated or run where the
+/// platform cannot drop a file from the page cache (Windows, macOS: every
+/// child would fail on it). Asked of an empty file of this process's own
+/// in the temporary directory, so the model's pages are left alone; only
+/// `Unsupported` stops bench here, anything else is left to the children.
+fn refuse_cold_where_nothing_evicts() -> CliResult {
+    let probe = std::env::temp_dir().join("weightmap-evict-probe");
+    let Ok(out) = crate::outfile::OutFile::create(&probe) else {
+        return Ok(());
+    };
+    let result = weightmap::evict(out.tmp_path());
+    drop(out); // removes the file
+    match result {
+        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => Err(CliError::msg(format!(
+            "--cold: this platform cannot drop a file from the page cache ({e}); \
+             run bench without --cold"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Read the whole file once so the timed runs find it in the page cache.

@@ -2,11 +2,17 @@
 //! reused while its bytes match the digest recorded when it was written.
 //!
 //! * **Where.** `$WEIGHTMAP_CACHE`, else `target/weightmap-cache` under the
-//!   current directory, else `$XDG_CACHE_HOME/weightmap` or
-//!   `~/.cache/weightmap`, else `<temp>/weightmap-cache-<uid>`. Whichever it
-//!   is, it must be a real directory (not a symlink) owned by this user; the
-//!   temporary-directory fallback must also be private (mode 0700, as it is
-//!   created), so another user cannot plant files or links in it.
+//!   current directory, else the user's cache directory
+//!   (`$XDG_CACHE_HOME/weightmap` or `~/.cache/weightmap`; Windows:
+//!   `%LOCALAPPDATA%\weightmap`), else `<temp>/weightmap-cache-<uid>`
+//!   (Windows: `%TEMP%\weightmap-cache`, the temporary directory being the
+//!   user's own there). Whichever it is, it must be a real directory (not a
+//!   symlink or junction). On Unix it must also be owned by this user, and
+//!   the temporary-directory fallback private (mode 0700, as it is
+//!   created), so another user cannot plant files or links in it. Windows
+//!   has no mode bits and a directory's owner is often a group
+//!   (Administrators) rather than the user, so there the directory's
+//!   inherited ACL is relied on, as for any file the user creates.
 //! * **How.** The model is written by [`crate::gen`] under a unique
 //!   temporary name and renamed into place; then a sidecar `MODEL.sha256`
 //!   (`sha256sum` format) is written the same way. Two benches racing on an
@@ -15,9 +21,8 @@
 //! * **Reuse.** Only if the sidecar exists and the file's sha256 matches it;
 //!   anything else (missing, truncated, corrupted) is regenerated.
 
-use std::fs::{self, DirBuilder, File};
+use std::fs::{self, File};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use crate::gen::{GenSpec, GENERATOR_VERSION};
@@ -50,6 +55,7 @@ fn cached_model(spec: &GenSpec, dir: &Path) -> CliResult<PathBuf> {
     let path = dir.join(&name);
     let sidecar = dir.join(format!("{name}.sha256"));
     let shown = std::path::absolute(&path).unwrap_or_else(|_| path.clone());
+    let model_existed = fs::symlink_metadata(&path).is_ok();
     match verify(&path, &sidecar) {
         Ok(true) => {
             eprintln!("bench: using the cached default model {}", shown.display());
@@ -65,14 +71,41 @@ fn cached_model(spec: &GenSpec, dir: &Path) -> CliResult<PathBuf> {
         human_bytes(plan.tensor_bytes),
         shown.display()
     );
-    generate_with_progress(spec, &path, "bench: generating")?;
+    if let Err(e) = generate_with_progress(spec, &path, "bench: generating") {
+        // Where a rename cannot replace a file another process has open
+        // (Windows), a bench racing this one that put the model in place
+        // first, and is reading it, makes this rename fail. A model that
+        // appeared while this one was generated was renamed in whole, by
+        // the same deterministic generator: take it.
+        let appeared = || !model_existed && fs::symlink_metadata(&path).is_ok_and(|m| m.is_file());
+        let interrupted = || super::signals::stop_flag().load(std::sync::atomic::Ordering::SeqCst);
+        if !sys::RENAME_OVER_AN_OPEN_FILE_FAILS || !appeared() || interrupted() {
+            return Err(e);
+        }
+        eprintln!(
+            "bench: another bench wrote {} first; using it",
+            shown.display()
+        );
+    }
     let digest = sha256_file(&path)?;
-    let out = OutFile::create(&sidecar)?;
+    if let Err(e) = write_digest(&sidecar, &format!("{digest}  {name}\n")) {
+        // Likewise for the digest: a racer's, read or written as this one
+        // was renamed over it, is as good if it matches.
+        if !sys::RENAME_OVER_AN_OPEN_FILE_FAILS || !verify(&path, &sidecar).is_ok_and(|ok| ok) {
+            return Err(e);
+        }
+    }
+    Ok(path)
+}
+
+/// Write `line` to `sidecar` through an [`OutFile`].
+fn write_digest(sidecar: &Path, line: &str) -> CliResult {
+    let out = OutFile::create(sidecar)?;
     out.file()
-        .write_all(format!("{digest}  {name}\n").as_bytes())
+        .write_all(line.as_bytes())
         .map_err(|e| CliError::msg(format!("write {}: {e}", sidecar.display())))?;
     out.commit()?;
-    Ok(path)
+    Ok(())
 }
 
 /// Whether `path` is a regular file whose sha256 is the one `sidecar`
@@ -130,29 +163,19 @@ pub fn cache_dir() -> CliResult<PathBuf> {
     if writable(&local) {
         return Ok(local);
     }
-    let user = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|d| !d.is_empty())
-                .map(|h| PathBuf::from(h).join(".cache"))
-        })
-        .map(|d| d.join("weightmap"));
+    let user = sys::user_cache_dir().map(|d| d.join("weightmap"));
     if let Some(d) = user.filter(|d| writable(d)) {
         return Ok(d);
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::geteuid() };
-    let tmp = std::env::temp_dir().join(format!("weightmap-cache-{uid}"));
+    let tmp = std::env::temp_dir().join(sys::temp_name());
     owned_dir(&tmp, true).map(|()| tmp)
 }
 
-/// Create `dir` (mode 0700) if missing, then check that it is a directory,
-/// not a symlink, owned by this user, and (when `private`) not accessible
-/// to group or others.
+/// Create `dir` (on Unix mode 0700) if missing, then check that it is a
+/// directory, not a symlink, and on Unix owned by this user and (when
+/// `private`) not accessible to group or others.
 fn owned_dir(dir: &Path, private: bool) -> CliResult<()> {
-    match DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+    match sys::create_dir_all(dir) {
         Ok(()) => {}
         Err(e) => {
             return Err(CliError::msg(format!(
@@ -163,8 +186,6 @@ fn owned_dir(dir: &Path, private: bool) -> CliResult<()> {
     }
     let m = fs::symlink_metadata(dir)
         .map_err(|e| CliError::msg(format!("stat {}: {e}", dir.display())))?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::geteuid() };
     let refuse = |why: &str| {
         Err(CliError::msg(format!(
             "cache directory {} {why}; set WEIGHTMAP_CACHE to a directory of your own",
@@ -174,13 +195,91 @@ fn owned_dir(dir: &Path, private: bool) -> CliResult<()> {
     if !m.is_dir() {
         return refuse("is not a directory (or is a symlink)");
     }
-    if m.uid() != uid {
-        return refuse(&format!("is owned by uid {}, not {uid}", m.uid()));
+    match sys::not_owned(&m, private) {
+        Some(why) => refuse(&why),
+        None => Ok(()),
     }
-    if private && m.mode() & 0o077 != 0 {
-        return refuse(&format!("has mode {:o}, not 0700", m.mode() & 0o777));
+}
+
+#[cfg(unix)]
+mod sys {
+    use std::fs::{DirBuilder, Metadata};
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    use std::path::{Path, PathBuf};
+
+    /// A rename replaces a file others have open (they keep the old one).
+    pub const RENAME_OVER_AN_OPEN_FILE_FAILS: bool = false;
+
+    /// The temporary-directory fallback's name: one per user.
+    pub fn temp_name() -> String {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        format!("weightmap-cache-{uid}")
     }
-    Ok(())
+
+    /// `$XDG_CACHE_HOME`, else `$HOME/.cache`.
+    pub fn user_cache_dir() -> Option<PathBuf> {
+        std::env::var_os("XDG_CACHE_HOME")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .filter(|d| !d.is_empty())
+                    .map(|h| PathBuf::from(h).join(".cache"))
+            })
+    }
+
+    /// `mkdir -p -m 0700`.
+    pub fn create_dir_all(dir: &Path) -> std::io::Result<()> {
+        DirBuilder::new().recursive(true).mode(0o700).create(dir)
+    }
+
+    /// Why a directory with metadata `m` is not this user's own (and, when
+    /// `private`, closed to others); `None` if it is.
+    pub fn not_owned(m: &Metadata, private: bool) -> Option<String> {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        if m.uid() != uid {
+            return Some(format!("is owned by uid {}, not {uid}", m.uid()));
+        }
+        if private && m.mode() & 0o077 != 0 {
+            return Some(format!("has mode {:o}, not 0700", m.mode() & 0o777));
+        }
+        None
+    }
+}
+
+#[cfg(windows)]
+mod sys {
+    use std::fs::Metadata;
+    use std::path::{Path, PathBuf};
+
+    /// `MoveFileExW` cannot replace a file another process has open (std's
+    /// retry with POSIX semantics can, on NTFS since Windows 10 1709 only).
+    pub const RENAME_OVER_AN_OPEN_FILE_FAILS: bool = true;
+
+    /// The temporary-directory fallback's name: `%TEMP%` is the user's own.
+    pub fn temp_name() -> String {
+        "weightmap-cache".to_owned()
+    }
+
+    /// `%LOCALAPPDATA%`, the user's local (not roaming) application data.
+    pub fn user_cache_dir() -> Option<PathBuf> {
+        std::env::var_os("LOCALAPPDATA")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+    }
+
+    /// `mkdir -p`: the directories take their parent's inherited ACL.
+    pub fn create_dir_all(dir: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+
+    /// Nothing to check beyond "a directory, not a link" (see the module
+    /// docs): access is the ACL's.
+    pub fn not_owned(_m: &Metadata, _private: bool) -> Option<String> {
+        None
+    }
 }
 
 /// Whether `dir` is (or can be made) a directory of this user's that it
@@ -251,6 +350,17 @@ mod tests {
         assert!(!verify(&path, &sidecar).unwrap());
     }
 
+    #[test]
+    fn a_file_where_the_directory_should_be_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        fs::write(&file, b"x").unwrap();
+        assert!(owned_dir(&file, false).is_err());
+        assert!(owned_dir(&dir.path().join("a/b"), true).is_ok());
+        assert!(dir.path().join("a/b").is_dir());
+    }
+
+    #[cfg(unix)]
     #[test]
     fn a_shared_or_foreign_directory_is_refused() {
         use std::os::unix::fs::PermissionsExt;

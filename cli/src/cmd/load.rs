@@ -175,14 +175,30 @@ impl From<PrefetchArg> for Prefetch {
 }
 
 /// Evict `path` from the page cache and return the percentage of it still
-/// resident afterwards.
+/// resident afterwards. Where the platform cannot drop a file's pages
+/// (Windows, macOS: `weightmap::evict` says `Unsupported`), an error that
+/// says so: a cold start cannot be measured there, and a warm one must not
+/// pass for it.
 pub fn evict(path: &std::path::Path) -> CliResult<f64> {
     let shown = path.display();
-    weightmap::evict(path)
-        .map_err(|e| CliError::msg(format!("evicting {shown} from the page cache: {e}")))?;
+    weightmap::evict(path).map_err(|e| evict_error(path, &e))?;
     let r = weightmap::file_residency(path)
         .map_err(|e| CliError::msg(format!("measuring residency of {shown}: {e}")))?;
     Ok(r.fraction() * 100.0)
+}
+
+/// The error of evicting `path`; for a platform that cannot, one that says
+/// which options need eviction.
+pub fn evict_error(path: &std::path::Path, e: &std::io::Error) -> CliError {
+    let shown = path.display();
+    if e.kind() == std::io::ErrorKind::Unsupported {
+        CliError::msg(format!(
+            "evicting {shown} from the page cache: {e} (load --evict, read-baseline --evict \
+             and bench --cold need a platform that can: Linux or Android)"
+        ))
+    } else {
+        CliError::msg(format!("evicting {shown} from the page cache: {e}"))
+    }
 }
 
 /// The bounded pass over `weights`, with `window` when one is given.

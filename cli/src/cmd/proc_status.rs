@@ -1,4 +1,19 @@
 //! Memory figures from `/proc/self/status`.
+//!
+//! Only where procfs is the kernel's (Linux, Android): elsewhere every
+//! figure is `None`, and a file that happens to be at that path (on
+//! Windows `C:\proc\self\status`, or the host's under Wine) is not read.
+
+/// Whether `/proc/self` is this process's, as the kernel reports it.
+const PROCFS: bool = cfg!(any(target_os = "linux", target_os = "android"));
+
+/// The text of `/proc/self/NAME`, where there is a procfs.
+fn read_proc_self(name: &str) -> Option<String> {
+    if !PROCFS {
+        return None;
+    }
+    std::fs::read_to_string(format!("/proc/self/{name}")).ok()
+}
 
 /// The process's memory, in kB as the kernel reports it; `None` where the
 /// line is absent (older kernels, other platforms).
@@ -15,7 +30,7 @@ pub struct MemStatus {
 impl MemStatus {
     /// Read `/proc/self/status` now; all `None` if it cannot be read.
     pub fn read() -> MemStatus {
-        std::fs::read_to_string("/proc/self/status")
+        read_proc_self("status")
             .map(|s| MemStatus::parse(&s))
             .unwrap_or_default()
     }
@@ -52,7 +67,7 @@ pub struct Faults {
 impl Faults {
     /// Read `/proc/self/stat` now; `None` if it cannot be read.
     pub fn read() -> Option<Faults> {
-        Faults::parse(&std::fs::read_to_string("/proc/self/stat").ok()?)
+        Faults::parse(&read_proc_self("stat")?)
     }
 
     /// Parse a `/proc/<pid>/stat` line: after the `(comm)` field, which may
