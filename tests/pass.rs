@@ -1,6 +1,14 @@
 //! The bounded pass (`Weights::pass`): every tensor once in file order, each
 //! resident when handed out, reads queued within a window ahead, pages
 //! behind dropped unless kept, and stopping early as the way to cancel.
+//!
+//! What a pass hands out, in which order, and its bytes are checked
+//! everywhere; what is resident when, where the probe in `tests/common`
+//! finds the page cache observable (not under qemu-user, which ignores page
+//! advice, nor on Windows or macOS), and the test prints that it skips
+//! those assertions elsewhere.
+
+mod common;
 
 use std::path::{Path, PathBuf};
 
@@ -30,15 +38,17 @@ fn model(dir: &Path, n: usize) -> PathBuf {
     write_model(dir, (0..n).map(|i| (format!("t{i}"), 4, i as u8)))
 }
 
-/// Mapped, cold, with no prefetch of its own, so that what is resident is
-/// what the pass read.
+/// Mapped, cold (where the platform can drop a file's pages), with no
+/// prefetch of its own, so that what is resident is what the pass read.
 fn cold(path: &Path) -> Weights {
     cold_with(path, LoadOptions::default())
 }
 
 /// [`cold`] with `opts` for the rest.
 fn cold_with(path: &Path, opts: LoadOptions) -> Weights {
-    weightmap::evict(path).unwrap();
+    if common::page_cache_probe().files.is_ok() {
+        weightmap::evict(path).unwrap();
+    }
     let opts = opts.prefetch(weightmap::Prefetch::None);
     // SAFETY: the test files are private to each test and never modified.
     unsafe { Weights::load(path, &opts) }.unwrap()
@@ -91,28 +101,40 @@ fn soon(mut cond: impl FnMut() -> bool) -> bool {
 
 #[test]
 fn each_tensor_is_resident_when_handed_out_and_dropped_behind() {
+    let observable =
+        common::page_cache_observable("each_tensor_is_resident_when_handed_out_and_dropped_behind");
     let dir = tempfile::tempdir().unwrap();
     let w = cold(&model(dir.path(), 8));
     let mut prev: Option<String> = None;
+    let mut seen = 0;
     // With an 8 MiB window, what is behind is dropped every 2 MiB: after
     // each 4 MiB tensor.
     for t in w.pass().window(8 * MIB as u64) {
         let t = t.unwrap();
-        assert_eq!(resident(&w, t.name()), 1.0, "{} handed out", t.name());
-        if let Some(p) = &prev {
-            assert!(soon(|| resident(&w, p) < 0.1), "{p} kept behind the pass");
+        if observable {
+            assert_eq!(resident(&w, t.name()), 1.0, "{} handed out", t.name());
+            if let Some(p) = &prev {
+                assert!(soon(|| resident(&w, p) < 0.1), "{p} kept behind the pass");
+            }
         }
         // The bytes are the file's.
         let b = t.host_bytes().unwrap();
         assert!(b.iter().step_by(4096).all(|&x| x == b[0]));
+        assert_eq!(b[0], seen as u8, "{}", t.name());
         prev = Some(t.name().to_owned());
+        seen += 1;
     }
+    assert_eq!(seen, 8);
     // Once the pass is done, the last tensor goes too.
-    assert!(resident(&w, "t7") < 0.1);
+    if observable {
+        assert!(resident(&w, "t7") < 0.1);
+    }
 }
 
 #[test]
 fn keep_pages_leaves_what_the_pass_read_in_the_page_cache() {
+    let observable =
+        common::page_cache_observable("keep_pages_leaves_what_the_pass_read_in_the_page_cache");
     let dir = tempfile::tempdir().unwrap();
     let w = cold(&model(dir.path(), 4));
     let n = w
@@ -121,19 +143,26 @@ fn keep_pages_leaves_what_the_pass_read_in_the_page_cache() {
         .inspect(|t| assert!(t.is_ok()))
         .count();
     assert_eq!(n, 4);
-    for i in 0..4 {
-        assert_eq!(resident(&w, &format!("t{i}")), 1.0);
+    if observable {
+        for i in 0..4 {
+            assert_eq!(resident(&w, &format!("t{i}")), 1.0);
+        }
     }
 }
 
 #[test]
 fn reads_are_queued_no_further_than_the_window() {
+    // A cold file, and what of it is read: evict and mincore.
+    let observable = common::file_cache_observable("reads_are_queued_no_further_than_the_window");
     let dir = tempfile::tempdir().unwrap();
     let w = cold(&model(dir.path(), 16));
     let mut pass = w.pass().window(8 * MIB as u64);
     assert_eq!(pass.window_bytes(), 8 * MIB as u64);
-    for _ in 0..4 {
-        pass.next().unwrap().unwrap();
+    for i in 0..4 {
+        assert_eq!(pass.next().unwrap().unwrap().name(), format!("t{i}"));
+    }
+    if !observable {
+        return;
     }
     // t3 is handed out; t4 and t5 (8 MiB) may be queued, t8 on are not.
     std::thread::sleep(std::time::Duration::from_millis(200));
@@ -147,18 +176,28 @@ fn reads_are_queued_no_further_than_the_window() {
 
 #[test]
 fn stopping_a_pass_early_reads_no_further_and_drops_its_last_tensor() {
+    let test = "stopping_a_pass_early_reads_no_further_and_drops_its_last_tensor";
+    // Reading no further needs a cold file (evict) and mincore; dropping
+    // the last tensor, the page advice honoured too.
+    let cold_file = common::file_cache_observable(test);
+    let dropped = cold_file && common::page_cache_observable(test);
     let dir = tempfile::tempdir().unwrap();
     let w = cold(&model(dir.path(), 12));
     {
         let mut pass = w.pass().window(4 * MIB as u64);
-        pass.next().unwrap().unwrap();
-        pass.next().unwrap().unwrap();
+        assert_eq!(pass.next().unwrap().unwrap().name(), "t0");
+        assert_eq!(pass.next().unwrap().unwrap().name(), "t1");
+    }
+    if !cold_file {
+        return;
     }
     std::thread::sleep(std::time::Duration::from_millis(200));
-    assert!(
-        resident(&w, "t1") < 0.1,
-        "the last tensor handed out stayed"
-    );
+    if dropped {
+        assert!(
+            resident(&w, "t1") < 0.1,
+            "the last tensor handed out stayed"
+        );
+    }
     for i in 4..12 {
         assert!(
             resident(&w, &format!("t{i}")) < 0.1,
@@ -211,14 +250,22 @@ fn file_resident(path: &Path) -> f64 {
 
 #[test]
 fn a_tensor_larger_than_the_window_is_read_once_and_dropped() {
+    let observable =
+        common::page_cache_observable("a_tensor_larger_than_the_window_is_read_once_and_dropped");
     let dir = tempfile::tempdir().unwrap();
     let path = big_then_small(dir.path(), 24, 6);
     let w = cold(&path);
+    let mut names = Vec::new();
     for t in w.pass().window(4 * MIB as u64) {
         let t = t.unwrap();
-        if t.name() == "big" {
+        if t.name() == "big" && observable {
             assert_eq!(resident(&w, "big"), 1.0);
         }
+        names.push(t.name().to_owned());
+    }
+    assert_eq!(names, ["big", "t0", "t1", "t2", "t3", "t4", "t5"]);
+    if !observable {
+        return;
     }
     // Nothing the pass read stays: not the large tensor, and not a read
     // queued for it after it was dropped.
@@ -232,6 +279,7 @@ fn a_tensor_larger_than_the_window_is_read_once_and_dropped() {
 
 #[test]
 fn the_pass_holds_no_more_than_the_budget() {
+    let observable = common::page_cache_observable("the_pass_holds_no_more_than_the_budget");
     let dir = tempfile::tempdir().unwrap();
     let path = model(dir.path(), 16);
     let budget = 16 * MIB as u64;
@@ -242,16 +290,19 @@ fn the_pass_holds_no_more_than_the_budget() {
     let mut seen = 0;
     for t in pass {
         let t = t.unwrap();
-        assert_eq!(resident(&w, t.name()), 1.0, "{} handed out", t.name());
-        // The reader may be mid-piece: give it a moment to fill what it may.
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        let held = file_resident(&path) * len;
-        assert!(
-            held <= budget as f64,
-            "{:.1} MiB cached at {}",
-            held / MIB as f64,
-            t.name()
-        );
+        assert_eq!(t.name(), format!("t{seen}"));
+        if observable {
+            assert_eq!(resident(&w, t.name()), 1.0, "{} handed out", t.name());
+            // The reader may be mid-piece: give it a moment to fill what it may.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let held = file_resident(&path) * len;
+            assert!(
+                held <= budget as f64,
+                "{:.1} MiB cached at {}",
+                held / MIB as f64,
+                t.name()
+            );
+        }
         seen += 1;
     }
     assert_eq!(seen, 16);
@@ -259,6 +310,9 @@ fn the_pass_holds_no_more_than_the_budget() {
 
 #[test]
 fn of_a_tensor_larger_than_the_budget_as_much_as_it_holds_is_resident() {
+    let observable = common::page_cache_observable(
+        "of_a_tensor_larger_than_the_budget_as_much_as_it_holds_is_resident",
+    );
     let dir = tempfile::tempdir().unwrap();
     let path = big_then_small(dir.path(), 32, 1);
     let w = cold_with(&path, LoadOptions::default().budget(16 * MIB as u64));
@@ -266,8 +320,10 @@ fn of_a_tensor_larger_than_the_budget_as_much_as_it_holds_is_resident() {
     let big = pass.next().unwrap().unwrap();
     assert_eq!(big.name(), "big");
     // The budget less a sixteenth: 15 of its 32 MiB.
-    let r = resident(&w, "big");
-    assert!((0.45..0.9).contains(&r), "{:.0}% resident", r * 100.0);
+    if observable {
+        let r = resident(&w, "big");
+        assert!((0.45..0.9).contains(&r), "{:.0}% resident", r * 100.0);
+    }
     // The rest is there to read all the same.
     let b = big.host_bytes().unwrap();
     assert!(b.iter().step_by(4096).all(|&x| x == 9));
@@ -279,15 +335,27 @@ fn a_pass_read_in_huge_pages_leaves_no_more_than_a_huge_page_behind() {
     // A window of 32 MiB or more is read in huge-page folios where the
     // kernel takes the advice; folios shared by two runs of dropped tensors
     // must go too.
+    let observable = common::page_cache_observable(
+        "a_pass_read_in_huge_pages_leaves_no_more_than_a_huge_page_behind",
+    );
     let dir = tempfile::tempdir().unwrap();
     let path = model(dir.path(), 24);
     let w = cold(&path);
+    let mut seen = 0;
     for t in w.pass().window(32 * MIB as u64) {
         let t = t.unwrap();
-        assert_eq!(resident(&w, t.name()), 1.0, "{} handed out", t.name());
+        if observable {
+            assert_eq!(resident(&w, t.name()), 1.0, "{} handed out", t.name());
+        }
         let i: u8 = t.name()[1..].parse().unwrap();
+        assert_eq!(i, seen);
         let b = t.host_bytes().unwrap();
         assert!(b.iter().step_by(4096).all(|&x| x == i));
+        seen += 1;
+    }
+    assert_eq!(seen, 24);
+    if !observable {
+        return;
     }
     // The header's pages and the huge page holding the first tensor's
     // start may stay: at most 4 MiB of the 96.

@@ -607,3 +607,221 @@ pub fn write_at(file: &std::fs::File, buf: &[u8], offset: u64) {
     f.seek(SeekFrom::Start(offset)).unwrap();
     f.write_all(buf).unwrap();
 }
+
+// ---- what a platform lets the tests observe of the page cache -------------
+
+/// What this platform lets a test observe of the page cache, probed once
+/// per test binary through the public API ([`page_cache_probe`]). Each is
+/// `Ok`, or `Err` saying what was not honoured.
+///
+/// qemu-user 7.2 returns success for `MADV_WILLNEED` and
+/// `MADV_POPULATE_READ` without doing them (it does pass `MADV_DONTNEED`
+/// and `posix_fadvise` through); Windows cannot tell or drop a file's
+/// cached pages (`evict` and `file_residency` return `Unsupported`) and its
+/// residency is the working set; macOS cannot drop a file's pages either. A test keeps every byte-level assertion and
+/// runs the ones about the page cache only where they can be observed.
+#[derive(Debug)]
+pub struct PageCacheProbe {
+    /// `weightmap::evict` drops a file's clean pages, and
+    /// `weightmap::file_residency` sees them come and go.
+    pub files: Result<(), String>,
+    /// `files`, and a mapping's pages follow the advice given to them:
+    /// `Prefetch::Populate` makes a cold tensor resident before `load`
+    /// returns, and `Weights::release` drops a tensor that was read, as
+    /// `Weights::residency` tells.
+    pub mapped: Result<(), String>,
+}
+
+/// The tensor the probe watches: 16 MiB of F32 after another 16 MiB, so
+/// that the kernel's own read-ahead around the header does not reach it,
+/// and a large folio shared with a neighbour at either edge is a small
+/// part of it.
+const PROBE_TENSOR: &str = "probe.weight";
+const PROBE_BYTES: usize = 16 << 20;
+
+/// The page-cache probe, run once per test binary.
+pub fn page_cache_probe() -> &'static PageCacheProbe {
+    static PROBE: std::sync::OnceLock<PageCacheProbe> = std::sync::OnceLock::new();
+    PROBE.get_or_init(probe_page_cache)
+}
+
+/// Whether `evict` and `file_residency` work here; if not, print
+/// `"{test}: page-cache assertions skipped: {why}"` and return false.
+pub fn file_cache_observable(test: &str) -> bool {
+    observable(test, &page_cache_probe().files)
+}
+
+/// Whether the page cache can be observed here both for files
+/// ([`file_cache_observable`]) and for the pages of a mapping under advice
+/// (populate, release); if not, print
+/// `"{test}: page-cache assertions skipped: {why}"` and return false.
+///
+/// On Linux running natively (the kernel's architecture is the test's) a
+/// failed probe is a failure, not a skip, so that a regression in
+/// `evict`, `release` or the prefetch cannot turn these tests off; set
+/// `WEIGHTMAP_TEST_NO_PAGE_CACHE=1` to skip where the kernel or the file
+/// system really does not honour them (`TMPDIR` on tmpfs, for one).
+pub fn page_cache_observable(test: &str) -> bool {
+    let p = page_cache_probe();
+    observable(test, &p.files) && observable(test, &p.mapped)
+}
+
+/// Whether `/proc/self/<file>` exists (`smaps`, `pagemap`: Linux and
+/// Android, not under every emulator); if not, print
+/// `"{test}: /proc/self/{file} assertions skipped: ..."` and return false.
+pub fn proc_self_observable(test: &str, file: &str) -> bool {
+    let path = format!("/proc/self/{file}");
+    // Not on Windows, where Wine would find the Unix file on its `Z:` drive.
+    if cfg!(unix) && std::path::Path::new(&path).exists() {
+        return true;
+    }
+    print_skip(
+        test,
+        &format!("{path} assertions"),
+        "it does not exist here",
+    );
+    false
+}
+
+fn observable(test: &str, probed: &Result<(), String>) -> bool {
+    let Err(why) = probed else {
+        return true;
+    };
+    if native_linux() && std::env::var_os("WEIGHTMAP_TEST_NO_PAGE_CACHE").is_none() {
+        panic!(
+            "{test}: the page cache cannot be observed on native Linux: {why} \
+             (set WEIGHTMAP_TEST_NO_PAGE_CACHE=1 to skip these assertions where \
+             the kernel or the file system does not honour this)"
+        );
+    }
+    print_skip(test, "page-cache assertions", why);
+    false
+}
+
+/// Print one skip line per test and reason. Written to stderr directly,
+/// not through `eprintln!`, so that the test harness does not capture it.
+fn print_skip(test: &str, what: &str, why: &str) {
+    use std::io::Write;
+    static PRINTED: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+    let key = (test.to_owned(), why.to_owned());
+    let mut printed = PRINTED.lock().unwrap_or_else(|e| e.into_inner());
+    if !printed.contains(&key) {
+        printed.push(key);
+        let _ = writeln!(std::io::stderr().lock(), "{test}: {what} skipped: {why}");
+    }
+}
+
+/// Whether this is Linux with a kernel of the test's own architecture, as
+/// `/proc/sys/kernel/arch` names it: a user-mode emulator (qemu-user)
+/// passes the host kernel's through. False where that cannot be read.
+fn native_linux() -> bool {
+    if !cfg!(target_os = "linux") {
+        return false;
+    }
+    let Ok(arch) = std::fs::read_to_string("/proc/sys/kernel/arch") else {
+        return false;
+    };
+    let (kernel, ours) = (arch.trim(), std::env::consts::ARCH);
+    kernel == ours
+        || (ours == "powerpc64" && kernel.starts_with("ppc64"))
+        || (ours == "arm" && kernel.starts_with("arm"))
+}
+
+fn probe_page_cache() -> PageCacheProbe {
+    use std::io::Write;
+    let dir = tempfile::tempdir().expect("a temporary directory for the probe");
+    let data = pattern(1, PROBE_BYTES);
+    let mut w = weightmap::gguf::Writer::new(32);
+    w.tensor(
+        "probe.head",
+        weightmap::TensorType::F32,
+        &[(PROBE_BYTES / 4) as u64],
+        pattern(0, PROBE_BYTES),
+    );
+    w.tensor(
+        PROBE_TENSOR,
+        weightmap::TensorType::F32,
+        &[(PROBE_BYTES / 4) as u64],
+        data.clone(),
+    );
+    let bytes = w.to_bytes();
+    let path = dir.path().join("probe.gguf");
+    let mut f = std::fs::File::create(&path).unwrap();
+    f.write_all(&bytes).unwrap();
+    // Synced, so that its pages are clean and can be dropped.
+    f.sync_all().unwrap();
+    drop(f);
+    let files = probe_files(&path, &bytes);
+    let mapped = match &files {
+        Ok(()) => probe_mapped(&path, &data),
+        Err(why) => Err(why.clone()),
+    };
+    PageCacheProbe { files, mapped }
+}
+
+fn io_why(call: &str, e: std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::Unsupported {
+        format!("{call}: unsupported on this platform ({e})")
+    } else {
+        format!("{call}: {e}")
+    }
+}
+
+fn probe_files(path: &std::path::Path, bytes: &[u8]) -> Result<(), String> {
+    use weightmap::{evict, file_residency};
+    evict(path).map_err(|e| io_why("evict", e))?;
+    assert_eq!(std::fs::read(path).unwrap(), bytes, "the probe file");
+    let r = file_residency(path).map_err(|e| io_why("file_residency", e))?;
+    if r.fraction() < 0.9 {
+        return Err(format!("a file just read is not seen cached ({r:?})"));
+    }
+    evict(path).map_err(|e| io_why("evict", e))?;
+    let r = file_residency(path).map_err(|e| io_why("file_residency", e))?;
+    if r.fraction() > 0.1 {
+        return Err(format!(
+            "evicted pages stay cached (posix_fadvise ignored, or a file system \
+             that keeps them, such as tmpfs): {r:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// On the cold file `path` (just evicted), whose one tensor is `data`.
+fn probe_mapped(path: &std::path::Path, data: &[u8]) -> Result<(), String> {
+    use weightmap::{LoadOptions, Prefetch, Weights};
+    let opts = LoadOptions::default().prefetch(Prefetch::Populate);
+    // SAFETY: the probe's file is private to it and not modified while loaded.
+    let w = unsafe { Weights::load(path, &opts) }.expect("the probe file loads");
+    let residency = |what: &str| {
+        w.residency(PROBE_TENSOR)
+            .map_err(|e| format!("residency {what}: {e}"))
+            .map(|r| r.expect("mapped"))
+    };
+    let r = residency("after a populating load")?;
+    if r.fraction() < 0.9 {
+        return Err(format!(
+            "populated pages are not resident (read advice ignored: \
+             MADV_POPULATE_READ and MADV_WILLNEED, as under qemu-user): {r:?}"
+        ));
+    }
+    let tensor = w.tensor(PROBE_TENSOR).unwrap();
+    assert_eq!(tensor.to_vec().unwrap(), data, "the probe tensor's bytes");
+    let r = residency("after reading every byte")?;
+    if r.fraction() < 0.9 {
+        return Err(format!("pages just read are not resident: {r:?}"));
+    }
+    w.release(PROBE_TENSOR)
+        .map_err(|e| format!("release: {e}"))?;
+    let r = residency("after release")?;
+    if r.fraction() > 0.5 {
+        return Err(format!(
+            "released pages stay resident (MADV_DONTNEED ignored): {r:?}"
+        ));
+    }
+    assert_eq!(
+        tensor.to_vec().unwrap(),
+        data,
+        "the probe tensor read again"
+    );
+    Ok(())
+}
