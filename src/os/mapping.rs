@@ -90,9 +90,16 @@ impl Mapping {
     /// # Errors
     /// As [`Mapping::map`]; `InvalidInput` for a range past `usize`.
     pub unsafe fn map_range(file: &File, offset: u64, len: u64) -> io::Result<Mapping> {
+        if len == 0 {
+            // No system maps zero bytes (mmap: EINVAL); say so plainly.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cannot map zero bytes",
+            ));
+        }
         let w = MapWindow::of(offset, len, sys::map_granularity())?;
         // SAFETY: forwarded to the caller; `w.start` is a multiple of the
-        // map granularity, as `FileMap::map` requires.
+        // map granularity and `w.total` is not 0, as `FileMap::map` requires.
         let map = unsafe { FileMap::map(file, w.start, w.total)? };
         Ok(Mapping {
             backing: Backing::Map(map),

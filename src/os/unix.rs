@@ -132,15 +132,8 @@ impl FileMap {
     ///
     /// # Safety
     /// The file must not be modified or truncated while the map lives;
-    /// `start` is a multiple of [`map_granularity`].
+    /// `start` is a multiple of [`map_granularity`] and `len` is not 0.
     pub(crate) unsafe fn map(file: &File, start: u64, len: usize) -> io::Result<FileMap> {
-        if len == 0 {
-            // mmap refuses an empty map (EINVAL); say so plainly.
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "cannot map zero bytes",
-            ));
-        }
         // SAFETY: forwarded to the caller: the file stays unchanged while
         // the map lives. PROT_READ + MAP_PRIVATE means nothing in this
         // process can write through the map.

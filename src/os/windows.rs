@@ -154,14 +154,8 @@ impl FileMap {
     /// # Safety
     /// The file must not be modified while the view lives (Windows refuses
     /// to truncate it, but not to write it through another handle); `start`
-    /// is a multiple of [`map_granularity`].
+    /// is a multiple of [`map_granularity`] and `len` is not 0.
     pub(crate) unsafe fn map(file: &File, start: u64, len: usize) -> io::Result<FileMap> {
-        if len == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "cannot map zero bytes",
-            ));
-        }
         // Maximum size 0: the mapping is as large as the file.
         // SAFETY: a live file handle, no security attributes, no name.
         let section = unsafe {

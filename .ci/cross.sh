@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# CI for weightmap on other targets (called by .ci/run; runs on its own too):
+#   aarch64-unknown-linux-gnu  every crate's tests (doctests too) under qemu-user
+#   x86_64-pc-windows-gnu      every crate's tests (doctests too) under Wine
+#   aarch64-linux-android, armv7-linux-androideabi, x86_64-linux-android,
+#   aarch64-apple-darwin, aarch64-apple-ios
+#                              cargo check only (no NDK or SDK to link with)
+#
+# rustup cannot fetch other targets' std here, so std is built from source
+# (-Zbuild-std) by Debian's rustc-web/cargo-web 1.96 (/usr/bin/rustc and
+# /usr/bin/cargo, beside rustup's in ~/.cargo/bin) from rust-web-src, whose
+# std dependencies are vendored: no extra flags, no network for std. All of it
+# goes to target/cross, apart from the host build in target/.
+#
+# Installs its Debian packages when missing (root, apt). Registers qemu-user
+# with binfmt_misc for aarch64 ELF files when it can, so that programs the tests
+# spawn (the command, the C test program) run too; sets up a Wine prefix in
+# target/wine-prefix (.ci/wine/setup.sh). Every step runs and reports; the
+# script fails at the end if any did.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+# -- the steps' bookkeeping --------------------------------------------------
+summary=()
+failed=0
+# step NAME COMMAND...: run COMMAND in a subshell under set -e, print its
+# result and the seconds it took, and carry on whatever it did.
+step() {
+  local name=$1 start rc
+  shift
+  echo
+  echo "== $name"
+  start=$SECONDS
+  set +e
+  (set -e; "$@")
+  rc=$?
+  set -e
+  local took=$((SECONDS - start))
+  local result=ok
+  if [ "$rc" -ne 0 ]; then
+    result="FAILED (exit $rc)"
+    failed=1
+  fi
+  echo "-- $name: $result, ${took}s"
+  summary+=("$(printf '%5ss  %-18s %s' "$took" "$result" "$name")")
+}
+finish() {
+  echo
+  echo "== cross summary (seconds, result, step)"
+  printf '%s\n' "${summary[@]}"
+  if [ "$failed" -ne 0 ]; then
+    echo "cross: some steps failed"
+    exit 1
+  fi
+  echo "cross: every step passed"
+}
+
+# -- 1. Debian packages ------------------------------------------------------
+packages=(rustc-web cargo-web rust-web-src
+  gcc-mingw-w64-x86-64 wine wine64
+  gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static cmake)
+install_packages() {
+  if dpkg -s "${packages[@]}" >/dev/null 2>&1; then
+    echo "all present: ${packages[*]}"
+    return
+  fi
+  local sudo=
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -q
+  $sudo apt-get install -y -q --no-install-recommends "${packages[@]}"
+}
+step "Debian packages (build-std toolchain, mingw, wine, aarch64 gcc, qemu-user)" install_packages
+if [ "$failed" -ne 0 ]; then
+  finish
+fi
+
+# -- 2. build-std with Debian's toolchain ------------------------------------
+cargo=/usr/bin/cargo
+export RUSTC_BOOTSTRAP=1 RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc
+export CARGO_TARGET_DIR=$root/target/cross
+# Linkers and runners. The aarch64 runner needs the sysroot (-L); programs
+# the tests spawn get it from QEMU_LD_PREFIX through binfmt_misc.
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64-static -L /usr/aarch64-linux-gnu"
+export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu
+export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc
+export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=$root/.ci/wine/run.sh
+export WINEPREFIX=$root/target/wine-prefix
+# No X server: Wine runs with its null driver.
+unset DISPLAY WAYLAND_DISPLAY
+
+step "toolchain: $("$cargo" -V), $("$RUSTC" -V); Cargo.lock as committed" \
+  "$cargo" metadata --locked --format-version 1 --no-deps -q
+
+# -- 3. aarch64-unknown-linux-gnu, under qemu-user ---------------------------
+binfmt_aarch64() {
+  local dir=/proc/sys/fs/binfmt_misc
+  if [ -e "$dir/qemu-aarch64" ]; then
+    cat "$dir/qemu-aarch64"
+    return
+  fi
+  [ -e "$dir/register" ] || mount -t binfmt_misc binfmt_misc "$dir"
+  cat /usr/lib/binfmt.d/qemu-aarch64.conf >"$dir/register"
+  cat "$dir/qemu-aarch64"
+}
+step "aarch64: qemu-user for aarch64 ELF files in binfmt_misc (for the programs the tests spawn)" binfmt_aarch64
+
+# The C ABI's test compiles its C program with $CC: the cross compiler, here
+# through a wrapper that refuses -fsanitize, so that the test skips (and says
+# so) its AddressSanitizer run: LeakSanitizer cannot work under qemu-user. The
+# plain run of the C program stays. HOST_CC keeps any cc-crate build script
+# on the host compiler.
+mkdir -p "$CARGO_TARGET_DIR/bin"
+cat >"$CARGO_TARGET_DIR/bin/aarch64-cc" <<'EOF'
+#!/bin/sh
+# Made by .ci/cross.sh: aarch64-linux-gnu-gcc without the sanitizers, whose
+# LeakSanitizer cannot run under qemu-user.
+for a in "$@"; do
+  case $a in
+    -fsanitize=*) echo "aarch64-cc: no $a under qemu-user" >&2; exit 1 ;;
+  esac
+done
+exec aarch64-linux-gnu-gcc "$@"
+EOF
+chmod +x "$CARGO_TARGET_DIR/bin/aarch64-cc"
+
+# Under qemu, code at opt-level 0 (std included: build-std builds it with
+# the profile) runs some tests for ten minutes: opt-level 1, debug assertions
+# and overflow checks kept (CARGO_PROFILE_DEV_*, target/cross only).
+#
+# Not run under qemu: the command's tests that run it under RLIMIT_AS
+# (cli/tests/reliability.rs). qemu-user does not pass setrlimit(RLIMIT_AS) on
+# to the kernel (it would limit qemu itself), so they fail there, and their
+# million-tensor files take three quarters of an hour emulated.
+a64=aarch64-unknown-linux-gnu
+a64_skip=(--skip under_rlimit_as_is_an_error_not_an_abort
+  --skip gen_writes_a_tensor_larger_than_its_address_space)
+a64_test() {
+  local pkg=$1
+  shift
+  env CC="$CARGO_TARGET_DIR/bin/aarch64-cc" HOST_CC=cc WM_REQUIRE_CC=1 CARGO_PROFILE_DEV_OPT_LEVEL=1 \
+    "$cargo" test --locked -Zbuild-std --target $a64 -p "$pkg" --no-fail-fast "$@"
+}
+step "$a64: cargo test -p weightmap (qemu-user)" a64_test weightmap
+step "$a64: cargo test -p weightmap-capi (qemu-user; the C program without ASan)" a64_test weightmap-capi
+step "$a64: cargo test -p weightmap-cli (qemu-user; not: ${a64_skip[*]})" a64_test weightmap-cli -- "${a64_skip[@]}"
+
+# -- 4. x86_64-pc-windows-gnu, under Wine ------------------------------------
+win=x86_64-pc-windows-gnu
+step "$win: Wine prefix $WINEPREFIX with ProcessPrng (.ci/wine/setup.sh)" bash .ci/wine/setup.sh
+for pkg in weightmap weightmap-capi weightmap-cli; do
+  step "$win: cargo test -p $pkg (Wine)" \
+    "$cargo" test --locked -Zbuild-std --target $win -p $pkg --no-fail-fast
+done
+# The C ABI's C test against the DLL: compiled on the host with mingw,
+# linked with the import library, run under Wine by the host's test
+# (capi/tests/c_abi.rs, WM_CAPI_CROSS_*). Under Wine itself the test cannot
+# start a compiler, and says so.
+win_c_test() {
+  xbuild build --target $win -p weightmap-capi
+  env -u RUSTC -u RUSTC_BOOTSTRAP -u RUSTDOC -u CARGO_TARGET_DIR WM_REQUIRE_CC=1 \
+    WM_CAPI_CROSS_CC=x86_64-w64-mingw32-gcc \
+    WM_CAPI_CROSS_LIB="$CARGO_TARGET_DIR/$win/debug/libweightmap_capi.dll.a" \
+    WM_CAPI_CROSS_RUNNER="$root/.ci/wine/run.sh" \
+    cargo test --locked -p weightmap-capi --test c_abi
+}
+step "$win: the C ABI's C test against weightmap_capi.dll (Wine)" win_c_test
+wineserver -k 2>/dev/null || true
+
+# -- the aarch64 C library's LOAD segments, aligned for 16 KiB pages at least
+load_alignment() {
+  local so=$CARGO_TARGET_DIR/$a64/debug/libweightmap_capi.so
+  local align n=0
+  for align in $(aarch64-linux-gnu-readelf -lW "$so" | awk '/LOAD/ { print $NF }'); do
+    echo "LOAD align $align"
+    [ $((align)) -ge 16384 ] || return 1
+    n=$((n + 1))
+  done
+  [ "$n" -gt 0 ]
+}
+step "$a64: libweightmap_capi.so LOAD segments aligned for 16 KiB pages (readelf -lW)" load_alignment
+
+# -- 5. Android and Apple: cargo check ---------------------------------------
+for t in aarch64-linux-android armv7-linux-androideabi x86_64-linux-android \
+  aarch64-apple-darwin aarch64-apple-ios; do
+  step "$t: cargo check -p weightmap -p weightmap-capi -p weightmap-cli" \
+    "$cargo" check --locked -Zbuild-std --target "$t" --keep-going -p weightmap -p weightmap-capi -p weightmap-cli
+done
+
+finish
