@@ -69,7 +69,8 @@ install_packages() {
   [ "$(id -u)" -eq 0 ] || sudo=sudo
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -q
-  $sudo apt-get install -y -q --no-install-recommends "${packages[@]}"
+  # With the recommended packages, as on the machine this was tried on.
+  $sudo apt-get install -y -q "${packages[@]}"
 }
 step "Debian packages (build-std toolchain, mingw, wine, aarch64 gcc, qemu-user)" install_packages
 if [ "$failed" -ne 0 ]; then
@@ -90,6 +91,7 @@ export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=$root/.ci/wine/run.sh
 export WINEPREFIX=$root/target/wine-prefix
 # No X server: Wine runs with its null driver.
 unset DISPLAY WAYLAND_DISPLAY
+xbuild() { "$cargo" "$@" --locked -Zbuild-std; }
 
 step "toolchain: $("$cargo" -V), $("$RUSTC" -V); Cargo.lock as committed" \
   "$cargo" metadata --locked --format-version 1 --no-deps -q
@@ -150,8 +152,10 @@ step "$a64: cargo test -p weightmap-cli (qemu-user; not: ${a64_skip[*]})" a64_te
 # -- 4. x86_64-pc-windows-gnu, under Wine ------------------------------------
 win=x86_64-pc-windows-gnu
 step "$win: Wine prefix $WINEPREFIX with ProcessPrng (.ci/wine/setup.sh)" bash .ci/wine/setup.sh
+# Wine's PATH is Windows' own: the C ABI's test finds no `cc` there and skips
+# its C program (saying so), unless WM_REQUIRE_CC is set, hence env -u.
 for pkg in weightmap weightmap-capi weightmap-cli; do
-  step "$win: cargo test -p $pkg (Wine)" \
+  step "$win: cargo test -p $pkg (Wine)" env -u WM_REQUIRE_CC \
     "$cargo" test --locked -Zbuild-std --target $win -p $pkg --no-fail-fast
 done
 # The C ABI's C test against the DLL: compiled on the host with mingw,
@@ -171,7 +175,10 @@ wineserver -k 2>/dev/null || true
 
 # -- the aarch64 C library's LOAD segments, aligned for 16 KiB pages at least
 load_alignment() {
-  local so=$CARGO_TARGET_DIR/$a64/debug/libweightmap_capi.so
+  # The library the aarch64 capi tests were built with: `cargo test` leaves
+  # the cdylib in deps/ (a `cargo build` would put it in debug/, rebuilding
+  # everything under the dev profile's own hash).
+  local so=$CARGO_TARGET_DIR/$a64/debug/deps/libweightmap_capi.so
   local align n=0
   for align in $(aarch64-linux-gnu-readelf -lW "$so" | awk '/LOAD/ { print $NF }'); do
     echo "LOAD align $align"
