@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Python bindings (python/): build them with maturin through pip into a
-# venv under target/, then run their tests against the committed fixtures,
-# with the reference readers (gguf-py, safetensors) as oracles.
+# venv under target/, then run their tests against the committed fixtures
+# and files safetensors and gguf-py write, with the reference readers
+# (gguf-py, safetensors, safetensors' torch path) as oracles.
 # Exits non-zero on any failure, "no tests collected" (pytest's 5) included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,22 @@ echo "== pip install maturin numpy pytest gguf safetensors ml_dtypes"
 # gguf 0.19.0 made the fixtures (testdata/README.md): the oracle is pinned to it.
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
   "maturin>=1.5,<2" numpy pytest "gguf==0.19.0" safetensors ml_dtypes
+
+# torch is optional for the package, but CI tests weightmap.safe_open's
+# torch path against safetensors' own. The CPU-only wheel index is not
+# reachable from CI, so it is PyPI's wheel, which pulls CUDA's libraries:
+# 3.0 GB to download, 5.3 GB installed, 100 s on CI's machine without a
+# pip cache (python/README.md, "CI"); --no-compile saves a fifth. Pinned, so
+# that a warm venv is a no-op. WEIGHTMAP_TORCH=0 skips it (and the torch
+# tests skip, saying why); otherwise the tests require torch.
+TORCH_SPEC="torch==2.15.0"
+if [ "${WEIGHTMAP_TORCH:-1}" != 0 ]; then
+  echo "== pip install $TORCH_SPEC"
+  t0=$(date +%s)
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-compile "$TORCH_SPEC"
+  echo "   torch: $(( $(date +%s) - t0 )) s, $(du -sm "$VENV" | cut -f1) MiB venv"
+  export WEIGHTMAP_REQUIRE_TORCH=1
+fi
 
 echo "== pip install ./python (maturin builds the extension)"
 # Build outside python/ so that repeated runs reuse the compiled crates.

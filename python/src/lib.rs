@@ -15,10 +15,12 @@ use numpy::npyffi::{self, npy_intp, NpyTypes, NPY_ARRAY_WRITEABLE, PY_ARRAY_API}
 use numpy::{PyArray1, PyArrayDescr, PyArrayDescrMethods, PyArrayMethods};
 use pyo3::create_exception;
 use pyo3::exceptions::{
-    PyFileNotFoundError, PyKeyError, PyOSError, PyPermissionError, PyValueError,
+    PyFileNotFoundError, PyKeyError, PyOSError, PyPermissionError, PyTypeError, PyValueError,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
+
+mod safe_open;
 
 use weightmap as wm;
 use wm::gguf::Value;
@@ -34,7 +36,7 @@ create_exception!(
 );
 
 /// The Python exception for a library error.
-fn to_py(py: Python<'_>, e: wm::Error) -> PyErr {
+pub(crate) fn to_py(py: Python<'_>, e: wm::Error) -> PyErr {
     let msg = e.to_string();
     if let wm::Error::Io { source, .. } = &e {
         let errno = source.raw_os_error().unwrap_or(0);
@@ -57,8 +59,8 @@ fn to_py(py: Python<'_>, e: wm::Error) -> PyErr {
 
 /// What keeps a model's memory alive: the `base` of every array handed out.
 #[pyclass(frozen, module = "weightmap", name = "_Owner")]
-struct Owner {
-    weights: Arc<wm::Weights>,
+pub(crate) struct Owner {
+    pub(crate) weights: Arc<wm::Weights>,
 }
 
 /// A loaded model. Made by `weightmap.open`.
@@ -94,11 +96,13 @@ fn np_dtype<'py>(py: Python<'py>, spec: &str) -> PyResult<Bound<'py, PyArrayDesc
         .downcast_into::<PyArrayDescr>()?)
 }
 
-/// `numpy.dtype(ml_dtypes.<name>)`, or `fallback` when ml_dtypes is not importable.
+/// `numpy.dtype(ml_dtypes.<name>)`; when ml_dtypes is not importable,
+/// `numpy.dtype(fallback)` (bit patterns), or a `TypeError` if `strict`.
 fn ml_dtype<'py>(
     py: Python<'py>,
     name: &str,
     fallback: &str,
+    strict: bool,
 ) -> PyResult<Bound<'py, PyArrayDescr>> {
     match py.import("ml_dtypes") {
         Ok(m) => Ok(py
@@ -106,6 +110,10 @@ fn ml_dtype<'py>(
             .getattr("dtype")?
             .call1((m.getattr(name)?,))?
             .downcast_into::<PyArrayDescr>()?),
+        Err(_) if strict => Err(PyTypeError::new_err(format!(
+            "numpy has no {name} type: install ml_dtypes (pip install ml_dtypes), \
+             or use framework=\"pt\""
+        ))),
         Err(_) => np_dtype(py, fallback),
     }
 }
@@ -117,57 +125,100 @@ fn np_shape(info: &TensorInfo<'_>) -> Vec<u64> {
     ne
 }
 
+/// How a tensor's raw bytes are exposed, whatever the framework: as
+/// elements of a plain type, or (block-quantized types, and anything else
+/// without an element type) as bytes with the last dimension in bytes per
+/// row, as gguf-py gives them.
+pub(crate) enum Layout {
+    Elements(TensorType),
+    Bytes,
+}
+
+/// The layout and shape (numpy order) of a tensor's bytes.
+pub(crate) fn layout(info: &TensorInfo<'_>) -> PyResult<(Layout, Vec<u64>)> {
+    let mut shape = np_shape(info);
+    let ty = info.ty;
+    if matches!(
+        ty,
+        TensorType::F32
+            | TensorType::F16
+            | TensorType::F64
+            | TensorType::I8
+            | TensorType::I16
+            | TensorType::I32
+            | TensorType::I64
+            | TensorType::U8
+            | TensorType::U16
+            | TensorType::U32
+            | TensorType::U64
+            | TensorType::Bool
+            | TensorType::C64
+            | TensorType::BF16
+            | TensorType::F8_E4M3
+            | TensorType::F8_E5M2
+            | TensorType::F8_E4M3FNUZ
+            | TensorType::F8_E5M2FNUZ
+            | TensorType::F8_E8M0
+    ) {
+        return Ok((Layout::Elements(ty), shape));
+    }
+    // Block-quantized: bytes, one row of blocks per last index.
+    let ne0 = shape.last().copied().unwrap_or(1);
+    let row = ty.row_size(ne0).ok_or_else(|| {
+        Error::new_err(format!(
+            "{}: {} elements per row is not a whole number of {} blocks",
+            info.name,
+            ne0,
+            ty.name()
+        ))
+    })?;
+    match shape.last_mut() {
+        Some(last) => *last = row,
+        None => shape.push(row),
+    }
+    Ok((Layout::Bytes, shape))
+}
+
 /// The dtype and numpy shape a tensor's raw bytes are exposed with: as
 /// gguf-py (GGUF) and `safetensors.numpy` (safetensors) give them; a
 /// block-quantized type is uint8 with the last dimension in bytes per row;
 /// bf16 and the 8-bit floats are ml_dtypes types when it is importable,
-/// else uint16 / uint8 bit patterns.
+/// else uint16 / uint8 bit patterns (or a `TypeError`, if `strict`).
 fn raw_layout<'py>(
     py: Python<'py>,
     info: &TensorInfo<'_>,
+    strict: bool,
 ) -> PyResult<(Bound<'py, PyArrayDescr>, Vec<u64>)> {
-    let mut shape = np_shape(info);
-    let ty = info.ty;
-    let spec = match ty {
-        TensorType::F32 => "<f4",
-        TensorType::F16 => "<f2",
-        TensorType::F64 => "<f8",
-        TensorType::I8 => "|i1",
-        TensorType::I16 => "<i2",
-        TensorType::I32 => "<i4",
-        TensorType::I64 => "<i8",
-        TensorType::U8 => "|u1",
-        TensorType::U16 => "<u2",
-        TensorType::U32 => "<u4",
-        TensorType::U64 => "<u8",
-        TensorType::Bool => "|b1",
-        TensorType::C64 => "<c8",
-        TensorType::BF16 => return Ok((ml_dtype(py, "bfloat16", "<u2")?, shape)),
-        TensorType::F8_E4M3 => return Ok((ml_dtype(py, "float8_e4m3fn", "|u1")?, shape)),
-        TensorType::F8_E5M2 => return Ok((ml_dtype(py, "float8_e5m2", "|u1")?, shape)),
-        TensorType::F8_E4M3FNUZ => return Ok((ml_dtype(py, "float8_e4m3fnuz", "|u1")?, shape)),
-        TensorType::F8_E5M2FNUZ => return Ok((ml_dtype(py, "float8_e5m2fnuz", "|u1")?, shape)),
-        TensorType::F8_E8M0 => return Ok((ml_dtype(py, "float8_e8m0fnu", "|u1")?, shape)),
-        _ => {
-            // Block-quantized (or any other type): bytes, one row of blocks
-            // per last index.
-            let ne0 = shape.last().copied().unwrap_or(1);
-            let row = ty.row_size(ne0).ok_or_else(|| {
-                Error::new_err(format!(
-                    "{}: {} elements per row is not a whole number of {} blocks",
-                    info.name,
-                    ne0,
-                    ty.name()
-                ))
-            })?;
-            match shape.last_mut() {
-                Some(last) => *last = row,
-                None => shape.push(row),
-            }
-            "|u1"
-        }
+    let (layout, shape) = layout(info)?;
+    let ty = match layout {
+        Layout::Bytes => return Ok((np_dtype(py, "|u1")?, shape)),
+        Layout::Elements(ty) => ty,
     };
-    Ok((np_dtype(py, spec)?, shape))
+    let ml = |name, fallback| ml_dtype(py, name, fallback, strict);
+    let descr = match ty {
+        TensorType::F32 => np_dtype(py, "<f4")?,
+        TensorType::F16 => np_dtype(py, "<f2")?,
+        TensorType::F64 => np_dtype(py, "<f8")?,
+        TensorType::I8 => np_dtype(py, "|i1")?,
+        TensorType::I16 => np_dtype(py, "<i2")?,
+        TensorType::I32 => np_dtype(py, "<i4")?,
+        TensorType::I64 => np_dtype(py, "<i8")?,
+        TensorType::U8 => np_dtype(py, "|u1")?,
+        TensorType::U16 => np_dtype(py, "<u2")?,
+        TensorType::U32 => np_dtype(py, "<u4")?,
+        TensorType::U64 => np_dtype(py, "<u8")?,
+        TensorType::Bool => np_dtype(py, "|b1")?,
+        TensorType::C64 => np_dtype(py, "<c8")?,
+        TensorType::BF16 => ml("bfloat16", "<u2")?,
+        TensorType::F8_E4M3 => ml("float8_e4m3fn", "|u1")?,
+        TensorType::F8_E5M2 => ml("float8_e5m2", "|u1")?,
+        TensorType::F8_E4M3FNUZ => ml("float8_e4m3fnuz", "|u1")?,
+        TensorType::F8_E5M2FNUZ => ml("float8_e5m2fnuz", "|u1")?,
+        TensorType::F8_E8M0 => ml("float8_e8m0fnu", "|u1")?,
+        // `layout` gives elements only for the types above.
+        _ => np_dtype(py, "|u1")?,
+    };
+    Ok((descr, shape))
 }
 
 /// A read-only array of `descr` and `shape` over `len` bytes at `data`,
@@ -183,6 +234,42 @@ unsafe fn borrowed_array<'py>(
     data: *const u8,
     len: usize,
     base: Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: forwarded to the caller; the array is read-only.
+    unsafe { new_array(py, descr, shape, data.cast_mut(), len, base, false) }
+}
+
+/// A writable array of `descr` and `shape` over `len` bytes at `data`,
+/// whose `base` is `base`.
+///
+/// # Safety
+/// `data` must point to `len` bytes, readable and writable, that stay valid
+/// while `base` lives and that nothing else reads or writes as Rust data
+/// (numpy, and whatever views the array, may write to them).
+pub(crate) unsafe fn writable_array<'py>(
+    py: Python<'py>,
+    descr: Bound<'py, PyArrayDescr>,
+    shape: &[u64],
+    data: *mut u8,
+    len: usize,
+    base: Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: forwarded to the caller.
+    unsafe { new_array(py, descr, shape, data, len, base, true) }
+}
+
+/// An array over `len` bytes at `data`, writable or not, whose `base` is `base`.
+///
+/// # Safety
+/// As `borrowed_array` (read-only) or `writable_array` (writable).
+unsafe fn new_array<'py>(
+    py: Python<'py>,
+    descr: Bound<'py, PyArrayDescr>,
+    shape: &[u64],
+    data: *mut u8,
+    len: usize,
+    base: Bound<'py, PyAny>,
+    writeable: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let itemsize = descr.itemsize() as u128;
     let mut dims = Vec::with_capacity(shape.len());
@@ -201,9 +288,12 @@ unsafe fn borrowed_array<'py>(
         .map_err(|_| Error::new_err("too many dimensions"))?;
     // SAFETY: the API table is numpy's, loaded by rust-numpy; `descr` is a
     // new reference that NewFromDescr steals; `dims` has `nd` entries; null
-    // strides mean C order; `data` covers the array (checked above) and
-    // flags 0 make it read-only (NPY_ARRAY_WRITEABLE unset).
+    // strides mean C order; `data` covers the array (checked above). Flags
+    // 0 make it read-only (NPY_ARRAY_WRITEABLE unset), and the flag is
+    // cleared again below in case numpy set it; a writable array is asked
+    // for only over memory the caller says may be written.
     unsafe {
+        let flags = if writeable { NPY_ARRAY_WRITEABLE } else { 0 };
         let arr = PY_ARRAY_API.PyArray_NewFromDescr(
             py,
             PY_ARRAY_API.get_type_object(py, NpyTypes::PyArray_Type),
@@ -212,7 +302,7 @@ unsafe fn borrowed_array<'py>(
             dims.as_mut_ptr(),
             std::ptr::null_mut(),
             data as *mut c_void,
-            0,
+            flags,
             std::ptr::null_mut(),
         );
         if arr.is_null() {
@@ -221,7 +311,9 @@ unsafe fn borrowed_array<'py>(
         // Owns the new array: dropped (decref'd) on any error below.
         let arr = Bound::from_owned_ptr(py, arr);
         let a = arr.as_ptr() as *mut npyffi::PyArrayObject;
-        (*a).flags &= !NPY_ARRAY_WRITEABLE;
+        if !writeable {
+            (*a).flags &= !NPY_ARRAY_WRITEABLE;
+        }
         // SetBaseObject steals the reference to `base`, also on failure.
         if PY_ARRAY_API.PyArray_SetBaseObject(py, a, base.into_ptr()) < 0 {
             return Err(PyErr::fetch(py));
@@ -230,18 +322,21 @@ unsafe fn borrowed_array<'py>(
     }
 }
 
-/// The tensor `name` of the model that `owner` keeps alive, as a read-only array.
-fn tensor_array<'py>(
+/// The tensor `name` of the model that `owner` keeps alive, as a read-only
+/// array. `strict`: a type numpy lacks without ml_dtypes is a `TypeError`,
+/// not bit patterns.
+pub(crate) fn tensor_array<'py>(
     py: Python<'py>,
     owner: &Bound<'py, Owner>,
     name: &str,
+    strict: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let weights = &owner.get().weights;
     if weights.tensor_index(name).is_none() {
         return Err(PyKeyError::new_err(name.to_owned()));
     }
     let t = weights.tensor(name).map_err(|e| to_py(py, e))?;
-    let (descr, shape) = raw_layout(py, &t.info())?;
+    let (descr, shape) = raw_layout(py, &t.info(), strict)?;
     match t.host_bytes() {
         // SAFETY: the bytes are the mapping's (or the stream path's owned
         // buffer's), owned by the `Weights` that `owner` holds an `Arc` of;
@@ -298,6 +393,26 @@ fn value_to_py<'py>(py: Python<'py>, v: &Value<'_>) -> PyResult<Bound<'py, PyAny
     })
 }
 
+/// GGUF key/values (in file order, as Python values) or safetensors'
+/// `__metadata__` map, as a dict.
+pub(crate) fn metadata_dict<'py>(
+    py: Python<'py>,
+    gguf: Option<wm::gguf::Metadata<'_>>,
+    safetensors: Option<&std::collections::BTreeMap<String, String>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    if let Some(md) = gguf {
+        for (k, v) in md.iter() {
+            d.set_item(k, value_to_py(py, &v)?)?;
+        }
+    } else if let Some(md) = safetensors {
+        for (k, v) in md {
+            d.set_item(k, v)?;
+        }
+    }
+    Ok(d)
+}
+
 #[pymethods]
 impl PyWeights {
     /// Tensor names, in file order (shard order, then file order, for a split model).
@@ -326,7 +441,7 @@ impl PyWeights {
     /// the mapping (mmap mode) or of the loader's own buffer (stream mode).
     fn get_tensor<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
         let owner = self.owner(py)?.clone();
-        tensor_array(py, &owner, name)
+        tensor_array(py, &owner, name, false)
     }
 
     /// The tensor dequantized (or converted) to a new float32 array of its
@@ -351,17 +466,7 @@ impl PyWeights {
     /// split model) as Python values; for safetensors the `__metadata__` map.
     fn metadata<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let w = self.weights(py)?;
-        let d = PyDict::new(py);
-        if let Some(md) = w.gguf_metadata() {
-            for (k, v) in md.iter() {
-                d.set_item(k, value_to_py(py, &v)?)?;
-            }
-        } else if let Some(md) = w.safetensors_metadata() {
-            for (k, v) in md {
-                d.set_item(k, v)?;
-            }
-        }
-        Ok(d)
+        metadata_dict(py, w.gguf_metadata(), w.safetensors_metadata())
     }
 
     /// A tensor's descriptor: name, type, ggml_type (id or None), shape
@@ -520,14 +625,17 @@ fn open(py: Python<'_>, path: PathBuf, mode: &str) -> PyResult<PyWeights> {
     })
 }
 
+/// The extension module, `weightmap._weightmap`; the package `weightmap`
+/// (python/python/weightmap/) re-exports it.
 #[pymodule]
-#[pyo3(name = "weightmap")]
+#[pyo3(name = "_weightmap")]
 fn weightmap_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("Error", py.get_type::<Error>())?;
     m.add_class::<PyWeights>()?;
     m.add_class::<Owner>()?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
+    safe_open::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,4 +1,5 @@
-"""Type stubs of the weightmap extension module."""
+"""Type stubs of weightmap._weightmap, the extension module the weightmap
+package re-exports."""
 
 import os
 from types import TracebackType
@@ -63,3 +64,53 @@ def open(
     """Open a GGUF or safetensors model (a file, any shard of a split GGUF, a
     *.safetensors.index.json, or a directory). In mmap mode the files must
     not change while the handle or any array from it lives."""
+
+Framework = Literal["np", "numpy", "pt", "torch", "pytorch"]
+
+class SafeSlice:
+    """A tensor from `safe_open.get_slice`, indexed lazily: `slice_[a:b]`,
+    `slice_[:, a:b]`, ints, steps, tuples, Ellipsis. Indexing is the
+    framework's own (numpy's or torch's) over a zero-copy view of the file:
+    a view where it can view the selection, a copy where it cannot."""
+
+    def get_shape(self) -> List[int]:
+        """The full tensor's shape (a block-quantized GGUF tensor's byte shape)."""
+    def get_dtype(self) -> str:
+        """safetensors' dtype string ("F32", "BF16", "F8_E4M3", ...); for
+        GGUF, the ggml type's name ("Q4_K", "F16", ...)."""
+    def __getitem__(self, index: Any) -> Any: ...
+
+class safe_open:
+    """safetensors' `safe_open`, over anything `open` loads (a safetensors or
+    GGUF file, any shard of a split GGUF, a *.safetensors.index.json, a
+    directory). framework "np"/"numpy": read-only zero-copy numpy arrays;
+    "pt"/"torch"/"pytorch": zero-copy CPU tensors over a copy-on-write
+    mapping (writes stay in this process, never reach the file). device:
+    "cpu". The files must not change while the handle or a tensor lives."""
+
+    def __init__(
+        self,
+        filename: Union[str, "os.PathLike[str]"],
+        framework: Framework,
+        device: Any = "cpu",
+    ) -> None: ...
+    def keys(self) -> List[str]:
+        """Tensor names, sorted (as safetensors)."""
+    def offset_keys(self) -> List[str]:
+        """Tensor names in file order (shard by shard)."""
+    def metadata(self) -> Optional[Dict[str, Any]]:
+        """safetensors: the __metadata__ map, or None when the file has none;
+        GGUF: every key/value of the (first) file as Python values."""
+    def get_tensor(self, name: str) -> Any:
+        """A read-only numpy array ("np") or a CPU torch.Tensor ("pt"),
+        zero-copy. KeyError if absent."""
+    def get_tensors(self) -> Dict[str, Any]:
+        """Every tensor by name, in file order."""
+    def get_slice(self, name: str) -> SafeSlice: ...
+    def __enter__(self) -> "safe_open": ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
