@@ -154,9 +154,17 @@ win=x86_64-pc-windows-gnu
 step "$win: Wine prefix $WINEPREFIX with ProcessPrng (.ci/wine/setup.sh)" bash .ci/wine/setup.sh
 # Wine's PATH is Windows' own: the C ABI's test finds no `cc` there and skips
 # its C program (saying so), unless WM_REQUIRE_CC is set, hence env -u.
+#
+# Not run under Wine: capi/tests/header.rs (header_is_current). cbindgen
+# runs `cargo metadata`, a Linux program that a Windows process cannot
+# start; the header is the same whatever the target, and the host's suite
+# checks it.
+win_skip=(--skip header_is_current)
 for pkg in weightmap weightmap-capi weightmap-cli; do
-  step "$win: cargo test -p $pkg (Wine)" env -u WM_REQUIRE_CC \
-    "$cargo" test --locked -Zbuild-std --target $win -p $pkg --no-fail-fast
+  skip=()
+  [ "$pkg" != weightmap-capi ] || skip=(-- "${win_skip[@]}")
+  step "$win: cargo test -p $pkg (Wine${skip:+; not: ${win_skip[*]}})" env -u WM_REQUIRE_CC \
+    "$cargo" test --locked -Zbuild-std --target $win -p $pkg --no-fail-fast "${skip[@]}"
 done
 # The C ABI's C test against the DLL: compiled on the host with mingw,
 # linked with the import library, run under Wine by the host's test
