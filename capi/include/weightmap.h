@@ -13,7 +13,9 @@
  *  - In mmap mode the file must not be modified or truncated until
  *    wm_free(); use WM_MODE_STREAM if that cannot be promised.
  *
- * Link: -lweightmap_capi (static: also -lpthread -ldl -lm). */
+ * Link: CMake's weightmap::weightmap (or weightmap::weightmap_static), or
+ * pkg-config weightmap (--static: the archive's system libraries too), as
+ * capi/CMakeLists.txt installs them. */
 
 #ifndef WEIGHTMAP_H
 #define WEIGHTMAP_H
