@@ -4,7 +4,8 @@
 # project capi/tests/cmake (a C and a C++17 program, each linked shared and
 # static) built three ways:
 #   1. find_package(weightmap CONFIG) after `cmake --install --prefix P`
-#   2. add_subdirectory(capi), sharing the first build's cargo target directory
+#   2. add_subdirectory(capi), sharing the first build's cargo target directory,
+#      and FetchContent of this repository by its git URL
 #   3. pkg-config on P's weightmap.pc: shared, and --static
 # Every program runs on a model `weightmap gen` makes and must print what this
 # script computes from the file; a static program must need no weightmap
@@ -180,6 +181,24 @@ by_add_subdirectory() {
   linked_static "$work/subdirectory/consumer_c_static"
 }
 
+# FetchContent from a git URL (this repository, at the commit checked out):
+# a copy of the sources at another path, so cargo compiles weightmap and the
+# C library's crate again; their dependencies it shares.
+by_fetchcontent() {
+  rm -rf "$work/fetchcontent"
+  local start=$SECONDS
+  cmake -S capi/tests/cmake -B "$work/fetchcontent" -DWEIGHTMAP_FROM=fetchcontent \
+    -DWEIGHTMAP_GIT_REPOSITORY="file://$root" -DWEIGHTMAP_GIT_TAG="$(git rev-parse HEAD)" \
+    -DWEIGHTMAP_CARGO_TARGET_DIR="$cargo_target" >"$work/fetchcontent.log" 2>&1 \
+    || { cat "$work/fetchcontent.log"; exit 1; }
+  cmake --build "$work/fetchcontent" -j"$(nproc)" >>"$work/fetchcontent.log" 2>&1 \
+    || { tail -40 "$work/fetchcontent.log"; exit 1; }
+  echo "consumer's first configure and build (git clone; dependencies shared): $((SECONDS - start))s"
+  run_all "$work/fetchcontent" consumer_c consumer_cxx consumer_c_static consumer_cxx_static
+  linked_shared "$work/fetchcontent/consumer_c" "$work/fetchcontent/_deps/weightmap-build/lib"
+  linked_static "$work/fetchcontent/consumer_c_static"
+}
+
 by_pkg_config() {
   local d=$work/pkg-config start=$SECONDS
   rm -rf "$d"
@@ -302,6 +321,7 @@ step "cmake -S capi, build, install --prefix $prefix" install_build
 step "the install: its files, SONAME, exports" check_install
 step "1. find_package(weightmap CONFIG)" by_find_package
 step "2. add_subdirectory(capi)" by_add_subdirectory
+step "2b. FetchContent (git URL, SOURCE_SUBDIR capi)" by_fetchcontent
 step "3. pkg-config weightmap, shared and --static" by_pkg_config
 step "the static library's system libraries, as rustc names them for the crate" native_libs
 if [ "${WM_CMAKE_MINGW:-1}" = 1 ]; then
