@@ -140,8 +140,12 @@ check_install() {
     ./lib/pkgconfig/weightmap.pc | sort)
   got=$(cd "$prefix" && find . \( -type f -o -type l \) | sort)
   [ "$got" = "$want" ] || fail "installed files differ from the list:"$'\n'"$got"
-  [ "$(readlink "$prefix/lib/libweightmap.so")" = "$soname" ] || fail "libweightmap.so -> $(readlink "$prefix/lib/libweightmap.so")"
-  [ "$(readlink "$prefix/lib/$soname")" = "libweightmap.so.$version" ] || fail "$soname is not a link to the file"
+  # Both links to the file, as cargo-c makes them.
+  local link
+  for link in libweightmap.so "$soname"; do
+    [ "$(readlink "$prefix/lib/$link")" = "libweightmap.so.$version" ] \
+      || fail "$link -> $(readlink "$prefix/lib/$link"), not libweightmap.so.$version"
+  done
   local lib=$prefix/lib/libweightmap.so.$version
   readelf -d "$lib" | grep "SONAME.*\[$soname\]" >/dev/null || fail "$lib's SONAME is not $soname"
   echo "SONAME $soname"
@@ -242,6 +246,32 @@ native_libs() {
   echo "Libs.private and the crate's own: $(echo $crate)"
 }
 
+# cargo-c, where it is installed (building it takes longer than this whole
+# script, so CI does not): `cargo cinstall` must install the same files under
+# the same names, less the CMake package, with the same SONAME and the same
+# Libs, Libs.private and Cflags in weightmap.pc.
+cargo_c() {
+  local d=$work/cargo-c
+  rm -rf "$d/dest"
+  cargo cinstall --locked --release -p weightmap-capi --prefix /p --libdir lib \
+    --destdir "$d/dest" --target-dir "$d/target" >"$work/cargo-c.log" 2>&1 \
+    || { tail -40 "$work/cargo-c.log"; exit 1; }
+  local want got
+  want=$(cd "$prefix" && find . \( -type f -o -type l \) -printf '%p %y %l\n' | grep -v '^./lib/cmake/' | sort)
+  got=$(cd "$d/dest/p" && find . \( -type f -o -type l \) -printf '%p %y %l\n' | sort)
+  [ "$got" = "$want" ] || fail "cargo cinstall installed:"$'\n'"$got"$'\n'"capi/CMakeLists.txt:"$'\n'"$want"
+  echo "$got"
+  readelf -d "$d/dest/p/lib/libweightmap.so.$version" | grep "SONAME.*\[$soname\]" >/dev/null \
+    || fail "cargo-c's SONAME is not $soname"
+  local field
+  for field in Libs Libs.private Cflags; do
+    [ "$(sed -n "s/^$field: //p" "$d/dest/p/lib/pkgconfig/weightmap.pc")" \
+      = "$(sed -n "s/^$field: //p" "$prefix/lib/pkgconfig/weightmap.pc")" ] \
+      || fail "weightmap.pc's $field differs between cargo-c and capi/CMakeLists.txt"
+  done
+  echo "same SONAME ($soname); same Libs, Libs.private and Cflags in weightmap.pc"
+}
+
 # With mingw: the same project for x86_64-pc-windows-gnu, its package
 # consumed by the same programs, run under wine. Debian's rustc and cargo
 # build std for the target (-Zbuild-std, as .ci/cross.sh does), in the dev
@@ -324,6 +354,11 @@ step "2. add_subdirectory(capi)" by_add_subdirectory
 step "2b. FetchContent (git URL, SOURCE_SUBDIR capi)" by_fetchcontent
 step "3. pkg-config weightmap, shared and --static" by_pkg_config
 step "the static library's system libraries, as rustc names them for the crate" native_libs
+if cargo cinstall --version >/dev/null 2>&1; then
+  step "cargo cinstall: the same install, less the CMake package" cargo_c
+else
+  echo "SKIPPED: the comparison with cargo cinstall (cargo-c is not installed)"
+fi
 if [ "${WM_CMAKE_MINGW:-1}" = 1 ]; then
   step "x86_64-pc-windows-gnu: the DLL's package, its programs under wine" mingw
 else
