@@ -71,27 +71,8 @@ DTYPES = {
 }
 ML_DTYPES = {"BF16", "F8_E4M3", "F8_E4M3FNUZ", "F8_E5M2", "F8_E5M2FNUZ", "F8_E8M0"}
 
-TORCH_DTYPES = {
-    "F64": "float64",
-    "F32": "float32",
-    "F16": "float16",
-    "BF16": "bfloat16",
-    "I64": "int64",
-    "I32": "int32",
-    "I16": "int16",
-    "I8": "int8",
-    "U64": "uint64",
-    "U32": "uint32",
-    "U16": "uint16",
-    "U8": "uint8",
-    "BOOL": "bool",
-    "C64": "complex64",
-    "F8_E4M3": "float8_e4m3fn",
-    "F8_E4M3FNUZ": "float8_e4m3fnuz",
-    "F8_E5M2": "float8_e5m2",
-    "F8_E5M2FNUZ": "float8_e5m2fnuz",
-    "F8_E8M0": "float8_e8m0fnu",
-}
+# torch names every one of these dtypes as numpy and ml_dtypes do.
+TORCH_DTYPES = dict(DTYPES)
 
 # Indices that TGI, transformers and the like use, and the rest safetensors
 # accepts: ints (negative too), slices, steps, tuples, Ellipsis.
