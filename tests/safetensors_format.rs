@@ -822,3 +822,20 @@ mod differential {
         }
     }
 }
+
+#[test]
+fn an_absent_metadata_key_is_told_from_an_empty_one() {
+    // safetensors' `metadata()` is None for the first and {} for the second.
+    for (json, present) in [
+        ("{}", false),
+        (r#"{"__metadata__":{}}"#, true),
+        (r#"{"__metadata__":{"k":"v"}}"#, true),
+    ] {
+        let h = SafetensorsHeader::parse(&file(json, 0)).unwrap();
+        assert_eq!(h.has_metadata(), present, "{json}");
+        assert_eq!(
+            h.metadata().is_empty(),
+            json != r#"{"__metadata__":{"k":"v"}}"#
+        );
+    }
+}

@@ -14,9 +14,7 @@
 //!   weightmap's validated headers (`ModelHeaders::read`), never from a
 //!   parse of our own, and each range is checked against the mapping.
 
-use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -26,7 +24,7 @@ use pyo3::exceptions::{
 };
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyModule, PyTuple};
+use pyo3::types::{PyDict, PyList, PyModule, PyTuple};
 
 use weightmap as wm;
 use wm::{Format, Header, LoadOptions, ModelHeaders, TensorInfo, TensorType};
@@ -142,7 +140,6 @@ impl MapError {
 /// A file of a model opened for torch: its validated header and its
 /// copy-on-write mapping.
 struct CowFile {
-    path: PathBuf,
     header: Header,
     map: Py<CowMap>,
 }
@@ -187,19 +184,11 @@ impl Model {
             .ok_or_else(|| PyKeyError::new_err(name.to_owned()))
     }
 
-    /// The first file's header and path: the model's metadata.
-    fn first(&self) -> (&Header, &Path) {
+    /// The first file's header: the model's metadata.
+    fn first(&self) -> &Header {
         match self {
-            Model::Mapped(o) => {
-                let w = &o.get().weights;
-                let path = w
-                    .report()
-                    .shards
-                    .first()
-                    .map_or(w.path(), |s| s.path.as_path());
-                (w.header(), path)
-            }
-            Model::Cow { files, .. } => (&files[0].header, &files[0].path),
+            Model::Mapped(o) => o.get().weights.header(),
+            Model::Cow { files, .. } => &files[0].header,
         }
     }
 }
@@ -305,36 +294,6 @@ fn torch_tensor<'py>(
     t.call_method1(intern!(py, "reshape"), (PyTuple::new(py, shape)?,))
 }
 
-/// Whether the safetensors file `path`, whose data starts at `data_offset`,
-/// has a `__metadata__` key (weightmap gives an empty map both when it is
-/// absent and when it is `{}`; safetensors gives `None` and `{}`). The
-/// header is parsed by Python's json module for that key alone; no offset or
-/// size comes from it. `None` when the file cannot be read as it was.
-fn has_metadata_key(py: Python<'_>, path: &Path, data_offset: u64) -> PyResult<Option<bool>> {
-    let read = || -> std::io::Result<Option<Vec<u8>>> {
-        let mut f = File::open(path)?;
-        let mut n = [0u8; 8];
-        f.read_exact(&mut n)?;
-        let n = u64::from_le_bytes(n);
-        if n.checked_add(8) != Some(data_offset) {
-            return Ok(None);
-        }
-        let mut text = vec![0u8; usize::try_from(n).unwrap_or(usize::MAX)];
-        f.read_exact(&mut text)?;
-        Ok(Some(text))
-    };
-    let Ok(Some(text)) = py.allow_threads(read) else {
-        return Ok(None);
-    };
-    let parsed = py
-        .import("json")?
-        .call_method1("loads", (PyBytes::new(py, &text),));
-    match parsed {
-        Ok(d) => Ok(Some(d.contains("__metadata__")?)),
-        Err(_) => Ok(None),
-    }
-}
-
 /// Open a model as safetensors' `safe_open` does.
 ///
 /// `filename`: a safetensors or GGUF file, any shard of a split GGUF, a
@@ -434,7 +393,6 @@ impl SafeOpen {
                         .allow_threads(|| CowMap::new(&path, len))
                         .map_err(|e| e.into_py(&path))?;
                     files.push(CowFile {
-                        path,
                         header,
                         map: Py::new(py, map)?,
                     });
@@ -468,14 +426,11 @@ impl SafeOpen {
     /// (the first file's, for several). GGUF: every key/value of the (first)
     /// file, as Python values.
     fn metadata<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let (header, path) = self.model()?.first();
-        let st: Option<&BTreeMap<String, String>> = header.safetensors_metadata();
-        if let Some(md) = st {
-            if md.is_empty() && has_metadata_key(py, path, header.data_offset())? != Some(true) {
-                return Ok(None);
-            }
+        let header = self.model()?.first();
+        if header.safetensors().is_some_and(|h| !h.has_metadata()) {
+            return Ok(None);
         }
-        metadata_dict(py, header.gguf_metadata(), st).map(Some)
+        metadata_dict(py, header.gguf_metadata(), header.safetensors_metadata()).map(Some)
     }
 
     /// The tensor `name`: a read-only numpy array (numpy) or a CPU tensor
@@ -526,7 +481,7 @@ impl SafeOpen {
         let state = match &self.model {
             None => "closed".to_owned(),
             Some(m) => {
-                let format = match m.first().0.format() {
+                let format = match m.first().format() {
                     Format::Gguf => "gguf",
                     Format::Safetensors => "safetensors",
                 };

@@ -61,7 +61,8 @@ pub struct SafetensorsHeader {
     header_len: u64,
     file_len: u64,
     tensors: TensorTable,
-    metadata: BTreeMap<String, String>,
+    /// `None` when the header has no `__metadata__` key.
+    metadata: Option<BTreeMap<String, String>>,
 }
 
 impl SafetensorsHeader {
@@ -184,7 +185,14 @@ impl SafetensorsHeader {
 
     /// The `__metadata__` string map; empty when the header has none.
     pub fn metadata(&self) -> &BTreeMap<String, String> {
-        &self.metadata
+        static NONE: BTreeMap<String, String> = BTreeMap::new();
+        self.metadata.as_ref().unwrap_or(&NONE)
+    }
+
+    /// Whether the header has a `__metadata__` key, empty or not: the
+    /// `safetensors` crate's `metadata()` is `None` where it has none.
+    pub fn has_metadata(&self) -> bool {
+        self.metadata.is_some()
     }
 }
 

@@ -52,8 +52,8 @@ pub(super) struct Bounds {
 pub(super) struct Parsed {
     /// Every tensor, in the JSON's order, validated against [`Bounds`].
     pub tensors: TableBuilder,
-    /// The `__metadata__` map (empty when absent).
-    pub metadata: BTreeMap<String, String>,
+    /// The `__metadata__` map; `None` when the header has no such key.
+    pub metadata: Option<BTreeMap<String, String>>,
 }
 
 /// Parse `text`, the JSON header, in one pass when it is valid.
@@ -92,9 +92,9 @@ fn parse_valid(text: &str, bounds: Bounds) -> Result<Option<Parsed>> {
         return Err(e);
     }
     let clean = b.problems.repeat.is_none() && b.problems.first.is_none();
-    Ok((read.is_ok() && clean).then(|| Parsed {
+    Ok((read.is_ok() && clean).then_some(Parsed {
         tensors: b.tensors,
-        metadata: b.metadata.unwrap_or_default(),
+        metadata: b.metadata,
     }))
 }
 
@@ -118,7 +118,7 @@ fn parse_lenient(text: &str, bounds: Bounds) -> Result<Parsed> {
     }
     Ok(Parsed {
         tensors: b.tensors,
-        metadata: b.metadata.unwrap_or_default(),
+        metadata: b.metadata,
     })
 }
 
@@ -943,7 +943,7 @@ mod tests {
             .tensors
             .finish(BOUNDS.data_offset, BOUNDS.file_len)
             .map_err(|e| e.to_string())?;
-        Ok((t, p.metadata.into_iter().collect()))
+        Ok((t, p.metadata.unwrap_or_default().into_iter().collect()))
     }
 
     #[test]
