@@ -158,49 +158,42 @@ check_install() {
   ls -l "$prefix/lib/libweightmap.a" "$lib"
 }
 
-by_find_package() {
-  rm -rf "$work/package"
-  local start=$SECONDS
-  cmake -S capi/tests/cmake -B "$work/package" -DCMAKE_PREFIX_PATH="$prefix" >"$work/package.log"
-  cmake --build "$work/package" -j"$(nproc)" >>"$work/package.log" 2>&1 || { cat "$work/package.log"; exit 1; }
-  echo "consumer's first configure and build: $((SECONDS - start))s"
-  run_all "$work/package" consumer_c consumer_cxx consumer_c_static consumer_cxx_static
-  linked_shared "$work/package/consumer_c" "$prefix/lib"
-  linked_shared "$work/package/consumer_cxx" "$prefix/lib"
-  linked_static "$work/package/consumer_c_static"
-  linked_static "$work/package/consumer_cxx_static"
+# consumer NAME LIBDIR LABEL CMAKE-ARGS...: configure and build the consumer
+# project in $work/NAME with CMAKE-ARGS, say how long that took, run its four
+# programs, and check that the shared ones load libweightmap from LIBDIR and
+# the static ones load no weightmap library.
+consumer() {
+  local dir=$work/$1 libdir=$2 label=$3 start=$SECONDS
+  shift 3
+  rm -rf "$dir"
+  cmake -S capi/tests/cmake -B "$dir" "$@" >"$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }
+  cmake --build "$dir" -j"$(nproc)" >>"$dir.log" 2>&1 || { tail -40 "$dir.log"; exit 1; }
+  echo "consumer's first configure and build ($label): $((SECONDS - start))s"
+  run_all "$dir" consumer_c consumer_cxx consumer_c_static consumer_cxx_static
+  [ "${libdir:0:1}" = / ] || libdir=$dir/$libdir
+  linked_shared "$dir/consumer_c" "$libdir"
+  linked_shared "$dir/consumer_cxx" "$libdir"
+  linked_static "$dir/consumer_c_static"
+  linked_static "$dir/consumer_cxx_static"
 }
 
+by_find_package() {
+  consumer package "$prefix/lib" "the installed package" -DCMAKE_PREFIX_PATH="$prefix"
+}
+
+# The install build's cargo target directory: cargo finds nothing to do.
 by_add_subdirectory() {
-  rm -rf "$work/subdirectory"
-  local start=$SECONDS
-  # The install build's cargo target directory: cargo finds nothing to do.
-  cmake -S capi/tests/cmake -B "$work/subdirectory" -DWEIGHTMAP_FROM=subdirectory \
-    -DWEIGHTMAP_CARGO_TARGET_DIR="$cargo_target" >"$work/subdirectory.log"
-  cmake --build "$work/subdirectory" -j"$(nproc)" >>"$work/subdirectory.log" 2>&1 \
-    || { tail -40 "$work/subdirectory.log"; exit 1; }
-  echo "consumer's first configure and build (cargo's work shared): $((SECONDS - start))s"
-  run_all "$work/subdirectory" consumer_c consumer_cxx consumer_c_static consumer_cxx_static
-  linked_shared "$work/subdirectory/consumer_c" "$work/subdirectory/weightmap/lib"
-  linked_static "$work/subdirectory/consumer_c_static"
+  consumer subdirectory weightmap/lib "cargo's work shared" \
+    -DWEIGHTMAP_FROM=subdirectory -DWEIGHTMAP_CARGO_TARGET_DIR="$cargo_target"
 }
 
 # FetchContent from a git URL (this repository, at the commit checked out):
 # a copy of the sources at another path, so cargo compiles weightmap and the
 # C library's crate again; their dependencies it shares.
 by_fetchcontent() {
-  rm -rf "$work/fetchcontent"
-  local start=$SECONDS
-  cmake -S capi/tests/cmake -B "$work/fetchcontent" -DWEIGHTMAP_FROM=fetchcontent \
-    -DWEIGHTMAP_GIT_REPOSITORY="file://$root" -DWEIGHTMAP_GIT_TAG="$(git rev-parse HEAD)" \
-    -DWEIGHTMAP_CARGO_TARGET_DIR="$cargo_target" >"$work/fetchcontent.log" 2>&1 \
-    || { cat "$work/fetchcontent.log"; exit 1; }
-  cmake --build "$work/fetchcontent" -j"$(nproc)" >>"$work/fetchcontent.log" 2>&1 \
-    || { tail -40 "$work/fetchcontent.log"; exit 1; }
-  echo "consumer's first configure and build (git clone; dependencies shared): $((SECONDS - start))s"
-  run_all "$work/fetchcontent" consumer_c consumer_cxx consumer_c_static consumer_cxx_static
-  linked_shared "$work/fetchcontent/consumer_c" "$work/fetchcontent/_deps/weightmap-build/lib"
-  linked_static "$work/fetchcontent/consumer_c_static"
+  consumer fetchcontent _deps/weightmap-build/lib "git clone; dependencies shared" \
+    -DWEIGHTMAP_FROM=fetchcontent -DWEIGHTMAP_GIT_REPOSITORY="file://$root" \
+    -DWEIGHTMAP_GIT_TAG="$(git rev-parse HEAD)" -DWEIGHTMAP_CARGO_TARGET_DIR="$cargo_target"
 }
 
 by_pkg_config() {
