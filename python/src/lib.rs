@@ -138,28 +138,8 @@ pub(crate) enum Layout {
 pub(crate) fn layout(info: &TensorInfo<'_>) -> PyResult<(Layout, Vec<u64>)> {
     let mut shape = np_shape(info);
     let ty = info.ty;
-    if matches!(
-        ty,
-        TensorType::F32
-            | TensorType::F16
-            | TensorType::F64
-            | TensorType::I8
-            | TensorType::I16
-            | TensorType::I32
-            | TensorType::I64
-            | TensorType::U8
-            | TensorType::U16
-            | TensorType::U32
-            | TensorType::U64
-            | TensorType::Bool
-            | TensorType::C64
-            | TensorType::BF16
-            | TensorType::F8_E4M3
-            | TensorType::F8_E5M2
-            | TensorType::F8_E4M3FNUZ
-            | TensorType::F8_E5M2FNUZ
-            | TensorType::F8_E8M0
-    ) {
+    // One element a block: the plain types, numpy and torch have them all.
+    if !ty.is_quantized() {
         return Ok((Layout::Elements(ty), shape));
     }
     // Block-quantized: bytes, one row of blocks per last index.
@@ -215,8 +195,14 @@ fn raw_layout<'py>(
         TensorType::F8_E4M3FNUZ => ml("float8_e4m3fnuz", "|u1")?,
         TensorType::F8_E5M2FNUZ => ml("float8_e5m2fnuz", "|u1")?,
         TensorType::F8_E8M0 => ml("float8_e8m0fnu", "|u1")?,
-        // `layout` gives elements only for the types above.
-        _ => np_dtype(py, "|u1")?,
+        // A plain type added to the library after these arms were written.
+        other => {
+            return Err(PyTypeError::new_err(format!(
+                "{}: no numpy dtype for {}",
+                info.name,
+                other.name()
+            )))
+        }
     };
     Ok((descr, shape))
 }
