@@ -492,16 +492,25 @@ pub(crate) fn read_budget() -> BudgetReading {
     let mut status: MEMORYSTATUSEX = unsafe { std::mem::zeroed() };
     status.dwLength = std::mem::size_of::<MEMORYSTATUSEX>() as u32;
     // SAFETY: a live, writable struct with its length set.
-    if unsafe { GlobalMemoryStatusEx(&mut status) } != FALSE {
-        found.push(Budget {
-            bytes: status.ullAvailPhys,
-            source: Source::AvailablePhysical,
-        });
-    } else {
+    if unsafe { GlobalMemoryStatusEx(&mut status) } == FALSE {
         unread.push(format!(
             "GlobalMemoryStatusEx: {}",
             io::Error::last_os_error()
         ));
+    } else if status.ullTotalPhys == 0 || status.ullAvailPhys == 0 {
+        // A call that succeeds and reports no memory at all has read
+        // nothing (Wine can answer zeros when it fails to read the host's
+        // figures). Taken as 0 it would refuse every copy, so it is left
+        // out like a failed call.
+        unread.push(format!(
+            "GlobalMemoryStatusEx: no figure (total {}, available {})",
+            status.ullTotalPhys, status.ullAvailPhys
+        ));
+    } else {
+        found.push(Budget {
+            bytes: status.ullAvailPhys,
+            source: Source::AvailablePhysical,
+        });
     }
     job_limits(&mut found, &mut unread);
     BudgetReading::least(found, unread)
