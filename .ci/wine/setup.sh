@@ -3,7 +3,9 @@
 # target/wine-prefix (or $WINEPREFIX), made headless (no X server needed), with
 # a bcryptprimitives.dll exporting ProcessPrng (processprng.c) in system32,
 # which Wine 8 lacks and Rust's std imports. Idempotent: an existing prefix is
-# kept and only the DLL refreshed. Needs wine (wine64) and gcc-mingw-w64-x86-64.
+# kept and only the DLL refreshed. Leaves a persistent wineserver running for
+# the prefix (stop it with `wineserver -k`). Needs wine (wine64) and
+# gcc-mingw-w64-x86-64.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -22,4 +24,9 @@ if [ ! -f "$WINEPREFIX/system.reg" ]; then
   wineserver -w
 fi
 cp "$dll" "$WINEPREFIX/drive_c/windows/system32/bcryptprimitives.dll"
+# One server for every program that follows, until `wineserver -k`: without
+# it each program's server exits a moment after the program, and a program
+# started in that moment loses its connection ("wine client error:0:
+# recvmsg: Connection reset by peer") and fails.
+wineserver -p
 echo "wine prefix $WINEPREFIX ready ($(wine --version))"
