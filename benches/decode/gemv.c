@@ -31,8 +31,8 @@
  * stay so while it is cached. So the mapped cases that need a different
  * cache state each get their own copy of the model (A, B, C, written with
  * write() into --workdir (run.sh: target/decode-bench/copies; without it
- * the model's directory) -- on the same
- * filesystem, since folio sizes depend on it), and the owned cases read the
+ * the model's directory) -- a disk filesystem like the model's,
+ * since folio sizes depend on the filesystem), and the owned cases read the
  * original FILE (its cache state does not matter to them). The steps:
  *   1. copies A, B, C written, fdatasync'd and evicted;
  *   2. ggml-heap, heap-4k, heap-thp, wm-stream loaded from FILE;
@@ -48,7 +48,7 @@
  *      with ggml-heap's (a mismatch fails the run, exit 1);
  *   9. rounds: each round runs every case --passes tokens in a row, the
  *      order of the cases rotating from round to round; a case's figure is
- *      the median over rounds of its mean time per token in a round.
+ *      the median over rounds of its median time per token in a round.
  *   10. page state again (reported in --json; the table marks a change).
  * The copies are left in place for the caller (run.sh reads their folio
  * sizes, then deletes them); their paths are printed.
@@ -90,6 +90,18 @@ static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void loadavg(char *out, size_t n) {
+    FILE *f = fopen("/proc/loadavg", "r");
+    out[0] = 0;
+    if (f) {
+        if (!fgets(out, (int)n, f)) out[0] = 0;
+        fclose(f);
+    }
+    char *sp = out;
+    for (int i = 0; i < 3 && sp; i++) sp = strchr(sp + 1, ' '); /* keep the three averages */
+    if (sp) *sp = 0;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -430,7 +442,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (!path || rounds < 1 || passes < 1) {
+    if (!path || rounds < 1 || passes < 1 || passes > 64) {
         fprintf(stderr, "usage: gemv [--rounds N] [--passes N] [--json] [--workdir DIR] FILE.gguf\n");
         return 2;
     }
@@ -540,12 +552,14 @@ int main(int argc, char **argv) {
     STEP("%d rounds x %d tokens per case, %d cases rotating, %d threads, %d 2-D weights (%.1f MiB)\n",
          rounds, passes, NK, N_THREADS, nw, wbytes / 1048576.0);
     for (int c = 0; c < NK; c++) ks[c].t = calloc((size_t)rounds, sizeof(double));
+    char load0[128], load1[128];
+    loadavg(load0, sizeof load0);
     for (int r = 0; r < rounds; r++) {
         for (int j = 0; j < NK; j++) {
             struct kase *k = &ks[(j + r) % NK];
-            double sum = 0;
-            for (int p = 0; p < passes; p++) sum += token(k);
-            k->t[r] = sum / passes;
+            double pt[64];
+            for (int p = 0; p < passes; p++) pt[p] = token(k);
+            k->t[r] = median(pt, passes);
         }
         if (!json) {
             fprintf(log, "  round %d:", r);
@@ -555,13 +569,14 @@ int main(int argc, char **argv) {
         }
     }
     for (int c = 0; c < NK; c++) ks[c].after = page_state(ks[c].w, nw);
+    loadavg(load1, sizeof load1);
 
     double base4k = median(ks[HEAP_4K].t, rounds), baseg = median(ks[GGML_HEAP].t, rounds);
     if (json) {
         printf("{\"file\": ");
         print_json_string(path);
-        printf(", \"file_bytes\": %zu, \"weights_2d\": %d, \"weights_2d_bytes\": %zu, \"threads\": %d, \"rounds\": %d, \"passes\": %d, \"baseline\": \"heap-4k\", \"copies\": [",
-               fsize, nw, wbytes, N_THREADS, rounds, passes);
+        printf(", \"file_bytes\": %zu, \"weights_2d\": %d, \"weights_2d_bytes\": %zu, \"threads\": %d, \"rounds\": %d, \"passes\": %d, \"baseline\": \"heap-4k\", \"loadavg_before_rounds\": \"%s\", \"loadavg_after_rounds\": \"%s\", \"copies\": [",
+               fsize, nw, wbytes, N_THREADS, rounds, passes, load0, load1);
         for (int c = 0; c < 3; c++) { if (c) printf(", "); print_json_string(copy[c]); }
         printf("], \"cases\": [\n");
         for (int c = 0; c < NK; c++) {
@@ -587,8 +602,9 @@ int main(int argc, char **argv) {
         printf("]}\n");
     } else {
         printf("\n%s: %d 2-D weights, %.1f MiB; mul_mat of one f32 vector with each, %d threads;\n"
-               "median over %d rounds of the mean of %d tokens; rate = heap-4k's (or ggml-heap's) time / the case's\n\n",
-               path, nw, wbytes / 1048576.0, N_THREADS, rounds, passes);
+               "median over %d rounds of the median of %d tokens; rate = heap-4k's (or ggml-heap's) time / the case's;\n"
+               "load average (1, 5, 15 min) %s before the rounds, %s after\n\n",
+               path, nw, wbytes / 1048576.0, N_THREADS, rounds, passes, load0, load1);
         printf("%-13s %9s %7s %8s %8s %8s %8s %12s %9s %6s\n", "case", "ms/token", "GB/s", "vs 4k", "vs ggml",
                "first ms", "RSS MiB", "huge MiB", "(of VMA)", "bytes");
         for (int c = 0; c < NK; c++) {
