@@ -14,7 +14,9 @@
 # Builds llama.cpp's llama-bench (CPU only, Release, no curl/openssl, the
 # whole vendor/llama.cpp of the PyPI sdist llama-cpp-python==0.3.36, pinned
 # by sha256 like capi/tests/ggml/run.sh, downloaded at run time and never
-# committed) under target/decode-bench, then, round by round, for each fill
+# committed) under target/decode-bench, copies FILE to a file of its own
+# under target/decode-bench/copies (deleted at the end; "FILE" below), then,
+# round by round, for each fill
 #   wm:  evict FILE (posix_fadvise DONTNEED), `WEIGHTMAP load FILE --touch`
 #   cat: evict FILE, `cat FILE > /dev/null`
 # and each load mode (-lm mmap: llama.cpp maps the file, so its weights sit
@@ -81,6 +83,17 @@ if [ ! -x "$BENCH" ]; then
   echo "llama-bench built in $(( $(date +%s) - start ))s" >&2
 fi
 
+# A private copy on the same filesystem, so that evicting it touches no one
+# else's page cache of FILE.
+COPY="$WORK/copies/$(basename "$FILE").llama-bench.$$"
+mkdir -p "$WORK/copies"
+trap 'rm -f "$COPY"' EXIT
+echo "+ cp $FILE $COPY" >&2
+cp "$FILE" "$COPY"
+sync "$COPY"
+SRCFILE="$FILE"
+FILE="$COPY"
+
 evict() {
   python3 -c 'import os,sys
 fd = os.open(sys.argv[1], os.O_RDONLY)
@@ -102,7 +115,8 @@ fill() { # fill the page cache of FILE from cold, the way $1 says
 RES="$WORK/llama-bench.$$.tsv"
 : >"$RES"
 cases=(wm:mmap wm:none cat:mmap cat:none)
-echo "llama-bench: $FILE, $ROUNDS rounds; llama-bench commit: $(grep -m1 -o 'LLAMA_BUILD_COMMIT [^ ]*' "$BUILD/common/build-info.cpp" 2>/dev/null || echo '?')"
+echo "llama-bench (vendor/llama.cpp of llama-cpp-python $VERSION): $SRCFILE (as its copy $FILE), $ROUNDS rounds"
+echo "weightmap: $WM ($(git -C "$ROOT" rev-parse --short HEAD) on $(git -C "$ROOT" rev-parse --abbrev-ref HEAD)); load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 0; r < ROUNDS; r++)); do
   for ((k = 0; k < ${#cases[@]}; k++)); do
     c=${cases[$(( (k + r) % ${#cases[@]} ))]}
@@ -132,4 +146,5 @@ for f in ("wm", "cat"):
 print(f"\nmapped after weightmap load / mapped after cat: {med[('wm','mmap')] / med[('cat','mmap')]:.3f}x")
 print(f"heap after weightmap load / heap after cat:     {med[('wm','none')] / med[('cat','none')]:.3f}x")
 EOF
+echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 rm -f "$RES"
