@@ -46,9 +46,15 @@
  *      weights (FilePmdMapped for mapped cases, AnonHugePages for owned);
  *   8. every case's weight bytes and first-pass results compared bit for bit
  *      with ggml-heap's (a mismatch fails the run, exit 1);
- *   9. rounds: each round runs every case --passes tokens in a row, the
- *      order of the cases rotating from round to round; a case's figure is
- *      the median over rounds of its median time per token in a round.
+ *   9. rounds: a round is --passes sweeps, each sweep one token of every
+ *      case, the order of the cases rotating from sweep to sweep and round
+ *      to round (interference on 2 shared cores comes in bursts, so no case
+ *      runs long alone); a case's figure is the median over rounds of its
+ *      median time per token in a round; "paired" is the median over rounds
+ *      of heap-4k's time / the case's in the same round;
+ *      also its fastest token of all rounds ("best"), since interference
+ *      from other processes (2 shared cores) only adds time, and the CPU
+ *      time other processes and the hypervisor took during the rounds.
  *   10. page state again (reported in --json; the table marks a change).
  * The copies are left in place for the caller (run.sh reads their folio
  * sizes, then deletes them); their paths are printed.
@@ -64,6 +70,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -104,9 +111,41 @@ static void loadavg(char *out, size_t n) {
     if (sp) *sp = 0;
 }
 
+/* CPU seconds the whole machine spent busy (and of it, stolen by the
+ * hypervisor), from /proc/stat; and this process's own. */
+static void cpu_busy(double *busy, double *steal) {
+    unsigned long long v[8] = {0};
+    FILE *f = fopen("/proc/stat", "r");
+    *busy = *steal = 0;
+    if (!f) return;
+    if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) == 8) {
+        double hz = (double)sysconf(_SC_CLK_TCK);
+        *busy = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / hz;
+        *steal = (double)v[7] / hz;
+    }
+    fclose(f);
+}
+
+static double own_cpu(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+static double median(const double *v, int n);
+
+/* The median over rounds of base's time / the case's, round by round. */
+static double paired(const double *base, const double *t, int n) {
+    double *q = malloc(sizeof(double) * n);
+    for (int i = 0; i < n; i++) q[i] = base[i] / t[i];
+    double m = median(q, n);
+    free(q);
+    return m;
 }
 
 static double median(const double *v, int n) {
@@ -289,6 +328,7 @@ struct kase {
     void **first_out;           /* first pass's results */
     double first_ms;
     double *t;                  /* per round: ms per token */
+    double best;                /* the fastest token of all rounds */
     struct pstate before, after;
     long resident_before_load;  /* bytes of the file cached before the load, -1 n/a */
     int weights_equal, results_equal;
@@ -554,13 +594,18 @@ int main(int argc, char **argv) {
     for (int c = 0; c < NK; c++) ks[c].t = calloc((size_t)rounds, sizeof(double));
     char load0[128], load1[128];
     loadavg(load0, sizeof load0);
+    double busy0, steal0, busy1, steal1, own0 = own_cpu(), wall0 = now_ms();
+    cpu_busy(&busy0, &steal0);
     for (int r = 0; r < rounds; r++) {
-        for (int j = 0; j < NK; j++) {
-            struct kase *k = &ks[(j + r) % NK];
-            double pt[64];
-            for (int p = 0; p < passes; p++) pt[p] = token(k);
-            k->t[r] = median(pt, passes);
-        }
+        static double pt[NK][64];
+        for (int p = 0; p < passes; p++)
+            for (int j = 0; j < NK; j++) {
+                int c = (j + r + p) % NK;
+                struct kase *k = &ks[c];
+                pt[c][p] = token(k);
+                if (k->best == 0 || pt[c][p] < k->best) k->best = pt[c][p];
+            }
+        for (int c = 0; c < NK; c++) ks[c].t[r] = median(pt[c], passes);
         if (!json) {
             fprintf(log, "  round %d:", r);
             for (int c = 0; c < NK; c++) fprintf(log, " %s %.2f", ks[c].name, ks[c].t[r]);
@@ -570,13 +615,16 @@ int main(int argc, char **argv) {
     }
     for (int c = 0; c < NK; c++) ks[c].after = page_state(ks[c].w, nw);
     loadavg(load1, sizeof load1);
+    cpu_busy(&busy1, &steal1);
+    double wall = (now_ms() - wall0) / 1e3, own = own_cpu() - own0;
+    double others = busy1 - busy0 - own, steal = steal1 - steal0;
 
     double base4k = median(ks[HEAP_4K].t, rounds), baseg = median(ks[GGML_HEAP].t, rounds);
     if (json) {
         printf("{\"file\": ");
         print_json_string(path);
-        printf(", \"file_bytes\": %zu, \"weights_2d\": %d, \"weights_2d_bytes\": %zu, \"threads\": %d, \"rounds\": %d, \"passes\": %d, \"baseline\": \"heap-4k\", \"loadavg_before_rounds\": \"%s\", \"loadavg_after_rounds\": \"%s\", \"copies\": [",
-               fsize, nw, wbytes, N_THREADS, rounds, passes, load0, load1);
+        printf(", \"file_bytes\": %zu, \"weights_2d\": %d, \"weights_2d_bytes\": %zu, \"threads\": %d, \"rounds\": %d, \"passes\": %d, \"baseline\": \"heap-4k\", \"loadavg_before_rounds\": \"%s\", \"loadavg_after_rounds\": \"%s\", \"rounds_wall_s\": %.2f, \"rounds_own_cpu_s\": %.2f, \"rounds_others_cpu_s\": %.2f, \"rounds_steal_s\": %.2f, \"copies\": [",
+               fsize, nw, wbytes, N_THREADS, rounds, passes, load0, load1, wall, own, others, steal);
         for (int c = 0; c < 3; c++) { if (c) printf(", "); print_json_string(copy[c]); }
         printf("], \"cases\": [\n");
         for (int c = 0; c < NK; c++) {
@@ -586,8 +634,8 @@ int main(int argc, char **argv) {
             print_json_string(k->what);
             printf(", \"mapped\": %s, \"file\": ", k->mapped ? "true" : "false");
             if (k->file) print_json_string(k->file); else printf("null");
-            printf(", \"median_ms_per_token\": %.4f, \"gb_per_s\": %.3f, \"vs_heap_4k\": %.4f, \"vs_ggml_heap\": %.4f, \"first_pass_ms\": %.3f, \"ms_per_token_by_round\": [",
-                   m, wbytes / (m * 1e6), base4k / m, baseg / m, k->first_ms);
+            printf(", \"median_ms_per_token\": %.4f, \"gb_per_s\": %.3f, \"vs_heap_4k\": %.4f, \"vs_heap_4k_paired\": %.4f, \"vs_ggml_heap\": %.4f, \"best_ms_per_token\": %.4f, \"best_vs_heap_4k\": %.4f, \"first_pass_ms\": %.3f, \"ms_per_token_by_round\": [",
+                   m, wbytes / (m * 1e6), base4k / m, paired(ks[HEAP_4K].t, k->t, rounds), baseg / m, k->best, ks[HEAP_4K].best / k->best, k->first_ms);
             for (int r = 0; r < rounds; r++) printf("%s%.4f", r ? ", " : "", k->t[r]);
             printf("], \"resident_before_load\": ");
             if (k->resident_before_load >= 0) printf("%ld", k->resident_before_load); else printf("null");
@@ -602,11 +650,12 @@ int main(int argc, char **argv) {
         printf("]}\n");
     } else {
         printf("\n%s: %d 2-D weights, %.1f MiB; mul_mat of one f32 vector with each, %d threads;\n"
-               "median over %d rounds of the median of %d tokens; rate = heap-4k's (or ggml-heap's) time / the case's;\n"
-               "load average (1, 5, 15 min) %s before the rounds, %s after\n\n",
-               path, nw, wbytes / 1048576.0, N_THREADS, rounds, passes, load0, load1);
-        printf("%-13s %9s %7s %8s %8s %8s %8s %12s %9s %6s\n", "case", "ms/token", "GB/s", "vs 4k", "vs ggml",
-               "first ms", "RSS MiB", "huge MiB", "(of VMA)", "bytes");
+               "median over %d rounds of the median of %d tokens (interleaved); rate = heap-4k's (or ggml-heap's) time / the case's;\n"
+               "load average (1, 5, 15 min) %s before the rounds, %s after; during the rounds\n"
+               "(%.1f s) this process used %.1f s of CPU, other processes %.1f s, steal %.1f s\n\n",
+               path, nw, wbytes / 1048576.0, N_THREADS, rounds, passes, load0, load1, wall, own, others, steal);
+        printf("%-13s %9s %7s %8s %8s %8s %8s %8s %8s %8s %12s %9s %6s\n", "case", "ms/token", "GB/s", "vs 4k", "paired", "vs ggml",
+               "best ms", "best 4k", "first ms", "RSS MiB", "huge MiB", "(of VMA)", "bytes");
         for (int c = 0; c < NK; c++) {
             struct kase *k = &ks[c];
             double m = median(k->t, rounds);
@@ -614,11 +663,14 @@ int main(int argc, char **argv) {
             long huge2 = k->mapped ? k->after.file_pmd_kib : k->after.anon_huge_kib;
             char hs[64];
             snprintf(hs, sizeof hs, "%.1f %s%s", huge / 1024.0, k->mapped ? "PMD" : "AHP", huge2 != huge ? "*" : "");
-            printf("%-13s %9.3f %7.2f %7.3fx %7.3fx %8.2f %8.1f %12s %9.1f %6s\n", k->name, m, wbytes / (m * 1e6),
-                   base4k / m, baseg / m, k->first_ms, k->before.rss_kib / 1024.0, hs, k->before.vma_kib / 1024.0,
+            printf("%-13s %9.3f %7.2f %7.3fx %7.3fx %7.3fx %8.3f %7.3fx %8.2f %8.1f %12s %9.1f %6s\n", k->name, m, wbytes / (m * 1e6),
+                   base4k / m, paired(ks[HEAP_4K].t, k->t, rounds), baseg / m, k->best, ks[HEAP_4K].best / k->best, k->first_ms, k->before.rss_kib / 1024.0, hs, k->before.vma_kib / 1024.0,
                    k->weights_equal && k->results_equal ? "same" : "DIFF");
         }
-        printf("\nhuge MiB: FilePmdMapped (PMD) of the mapping for mapped cases, AnonHugePages (AHP) for owned\n"
+        printf("\nms/token, GB/s, vs 4k, vs ggml: from the median; paired: the median over rounds of\n"
+               "heap-4k's time / the case's in the same round; best ms, best 4k: the fastest token of\n"
+               "all rounds and heap-4k's fastest / the case's (interference only adds time)\n");
+        printf("huge MiB: FilePmdMapped (PMD) of the mapping for mapped cases, AnonHugePages (AHP) for owned\n"
                "ones, summed over the VMAs holding the case's weights (/proc/self/smaps, after the first\n"
                "passes; * = changed by the end of the rounds). bytes: weights and first-pass results\n"
                "bit-identical to ggml-heap's. Cases:\n");
