@@ -126,7 +126,7 @@ for ((r = 0; r < ROUNDS; r++)); do
     ts=$(printf '%s\n' "$out" | python3 -c 'import json,sys
 rows=[json.loads(l) for l in sys.stdin if l.strip().startswith("{")]
 print(rows[-1]["avg_ts"])')
-    printf 'round %d  after %-3s  -lm %-4s  %8.2f tokens/s\n' "$r" "$f" "$lm" "$ts"
+    printf 'round %d  after %-3s  -lm %-4s  %8.2f tokens/s  (load average %s)\n' "$r" "$f" "$lm" "$ts" "$(cut -d' ' -f1-3 /proc/loadavg)"
     printf '%s\t%s\t%s\n' "$f" "$lm" "$ts" >>"$RES"
   done
 done
