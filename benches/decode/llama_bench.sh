@@ -112,6 +112,10 @@ fill() { # fill the page cache of FILE from cold, the way $1 says
   fi
 }
 
+# On 2 shared cores, another process's work stalls a 2-thread decode: say so.
+if awk -v n="$(nproc)" '{ exit !($1 > n / 2) }' /proc/loadavg; then
+  echo "WARNING: load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs: other processes compete for the cores; the figures below measure that too" >&2
+fi
 RES="$WORK/llama-bench.$$.tsv"
 : >"$RES"
 cases=(wm:mmap wm:none cat:mmap cat:none)

@@ -69,6 +69,10 @@ echo "decode bench: built in $(( $(date +%s) - start ))s" >&2
 
 echo "weightmap: $(git -C "$ROOT" rev-parse --short HEAD) ($(git -C "$ROOT" rev-parse --abbrev-ref HEAD))" >&2
 echo "kernel $(uname -r); THP enabled: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null); defrag: $(cat /sys/kernel/mm/transparent_hugepage/defrag 2>/dev/null)" >&2
+# On 2 shared cores, another process's work stalls a 2-thread decode: say so.
+if awk -v n="$(nproc)" '{ exit !($1 > n / 2) }' /proc/loadavg; then
+  echo "WARNING: load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs: other processes compete for the cores; the figures below measure that too" >&2
+fi
 status=0
 run "$WORK/gemv-build/gemv" --workdir "$WORKDIR" "$@" "$FILE" || status=$?
 
