@@ -157,9 +157,10 @@ pub(crate) fn apply_advice(
     }
 }
 
-/// Advise the tensor region `[start, end)` of `map` `MADV_HUGEPAGE` under
-/// [`AdvicePolicy::PerTensor`], in one call (so that the mapping is not cut
-/// into a piece per tensor); returns whether the kernel took it.
+/// Advise `[start, end)` of `map` (the whole file, before its header is
+/// read) `MADV_HUGEPAGE` under [`AdvicePolicy::PerTensor`], in one call (so
+/// that the mapping is not cut into a piece per tensor); returns whether the
+/// kernel took it.
 ///
 /// Decode reads every weight per token, and how fast it reads them depends
 /// on the pages behind them: PMD-mapped 2 MiB folios ran GEMV 1.12× a 4 KiB

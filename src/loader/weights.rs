@@ -693,7 +693,8 @@ impl Weights {
     ///
     /// ```no_run
     /// # fn main() -> weightmap::Result<()> {
-    /// let w = weightmap::Weights::load("model.gguf", &Default::default())?;
+    /// // SAFETY: model.gguf is not modified while loaded.
+    /// let w = unsafe { weightmap::Weights::load("model.gguf", &Default::default())? };
     /// w.wait_prefetch();
     /// let h = w.huge_pages();
     /// if let Some(huge) = h.mapped_huge {
