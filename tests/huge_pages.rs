@@ -116,11 +116,6 @@ fn a_cold_prefetched_load_leaves_the_weights_in_huge_pages_as_read_does() {
                 got * 10 >= read * 9,
                 "{prefetch:?}: {got} bytes in huge pages after the prefetch, {read} after read()"
             );
-            // Nothing left in base pages that could have been huge.
-            assert!(
-                h.mapped_small().unwrap() < h.mapped_huge_capacity / 4,
-                "{prefetch:?}: {h:?}"
-            );
         }
     }
 }

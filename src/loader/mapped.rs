@@ -143,10 +143,6 @@ unsafe fn map_source(
         _ => unreachable!("a file source has an open file"),
     };
     let map = Arc::new(map);
-    // Read in huge pages from the first fault on: the header's read-ahead
-    // would otherwise read its 8 MiB or so, the first tensors with it, in
-    // base-page folios, which the page cache keeps.
-    let huge_pages = prefetch::advise_huge_pages(&map, opts.advice, 0, map.len());
     // 4. Validate the header from the mapping: every tensor's type, size,
     //    offset and end. Invalid is an error here; it is parsed only once.
     let header = Header::in_mapping(&map)?;
@@ -212,12 +208,14 @@ unsafe fn map_source(
         _ => {}
     }
 
-    // 7. Access advice (MADV_RANDOM only where reads are by row), and mlock,
+    // 7. Access advice (MADV_RANDOM only where reads are by row; the region
+    //    read in huge pages), and mlock,
     //    which pins the whole mapping and so must fit the memory budget.
     let budget = super::budget::current(opts);
     let (start, end) = header.tensor_region();
     let (start, end) = (start as usize, end as usize);
     let random_access = prefetch::apply_advice(&map, &header, opts.advice, start, end);
+    let huge_pages = prefetch::advise_huge_pages(&map, opts.advice, start, end);
     if opts.mlock {
         super::budget::check(map.len() as u64, "mlock of the mapping", &budget, opts)?;
         map.lock().map_err(|source| Error::Mlock {

@@ -157,10 +157,16 @@ pub(crate) fn apply_advice(
     }
 }
 
-/// Advise `[start, end)` of `map` (the whole file, before its header is
-/// read) `MADV_HUGEPAGE` under [`AdvicePolicy::PerTensor`], in one call (so
-/// that the mapping is not cut into a piece per tensor); returns whether the
-/// kernel took it.
+/// Advise the tensor region `[start, end)` of `map` `MADV_HUGEPAGE` under
+/// [`AdvicePolicy::PerTensor`], in one call (so that the mapping is not cut
+/// into a piece per tensor); returns whether the kernel took it.
+///
+/// Only once the header is read: its first fault's read-ahead (the
+/// device's read-ahead size, 8 MiB here) then comes in base pages, the
+/// first tensors with it. Read in huge pages, the header would share a
+/// 2 MiB folio with the first tensor, and that folio would stay cached as
+/// long as the header is mapped, even when every tensor is uploaded to a
+/// device and dropped from the host (`tests/budget.rs`).
 ///
 /// Decode reads every weight per token, and how fast it reads them depends
 /// on the pages behind them: PMD-mapped 2 MiB folios ran GEMV 1.12× a 4 KiB
