@@ -610,8 +610,12 @@ impl Behind {
             self.at = self.at.max(rs);
             let upto = to.min(re);
             if upto > self.at {
+                // From a huge page back: a large folio (the pass's own
+                // faults read them) goes only when a drop covers all of it,
+                // and the last batch ended inside one.
+                let from = self.at.saturating_sub(crate::os::huge_page()).max(rs);
                 // Advisory: a failure only leaves the pages to reclaim.
-                let _ = map.release(self.at, upto);
+                let _ = map.release(from, upto);
                 self.at = upto;
             }
             if self.at < re {
