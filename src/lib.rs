@@ -21,9 +21,9 @@ pub use error::{Error, ErrorKind, FallbackReason, Result};
 pub use format::{Format, Header};
 pub use loader::{
     AdvicePolicy, BorrowedWeights, Budget, BufferReport, CopiedTensor, CopyReason, DirectIo,
-    DirectOutcome, LoadMode, LoadOptions, LoadReport, MappedWeights, ModelHeaders, OwnedTensor,
-    Pass, PlacementKind, Prefetch, PrefetchDecision, PrefetchProgress, PrefetchState, ProgressFn,
-    ReadReport, Route, Scope, ShardReport, SkipReason, Tensor, TensorRef, Weights,
+    DirectOutcome, HugePages, LoadMode, LoadOptions, LoadReport, MappedWeights, ModelHeaders,
+    OwnedTensor, Pass, PlacementKind, Prefetch, PrefetchDecision, PrefetchProgress, PrefetchState,
+    ProgressFn, ReadReport, Route, Scope, ShardReport, SkipReason, Tensor, TensorRef, Weights,
 };
 pub use os::{evict, file_residency, page_size, AccessAdvice, Residency};
 pub use tensor::{Element, Parse, TensorInfo, TensorTable};

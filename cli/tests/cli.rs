@@ -352,6 +352,7 @@ fn load_both_modes_give_the_same_bytes() {
         "prefetch",
         "prefetch_kind",
         "prefetched_bytes",
+        "prefetch_reread_bytes",
         "random_access_tensors",
         "shards",
         "shard_files",
@@ -362,6 +363,7 @@ fn load_both_modes_give_the_same_bytes() {
         "rss_anon_after_touch_kib",
         "rss_file_after_touch_kib",
         "vm_hwm_after_touch_kib",
+        "huge_pages",
         "tensors",
     ];
     for v in [&mmap, &stream] {
@@ -383,6 +385,14 @@ fn load_both_modes_give_the_same_bytes() {
     assert_eq!(mmap["bytes_copied"], 0);
     assert_eq!(stream["bytes_mapped"], 0);
     assert!(stream["bytes_copied"].as_u64().unwrap() > 0);
+    // Which buffers the huge-page figures count: the mapping, or the copy.
+    let hp = |v: &Value, k: &str| v["huge_pages"][k].as_u64().unwrap();
+    assert!(hp(&mmap, "mapped_bytes") >= mmap["bytes_mapped"].as_u64().unwrap());
+    assert_eq!(hp(&mmap, "owned_bytes"), 0);
+    assert_eq!(hp(&stream, "mapped_bytes"), 0);
+    assert!(hp(&stream, "owned_bytes") >= stream["bytes_copied"].as_u64().unwrap());
+    let huge = &stream["huge_pages"]["owned_huge_bytes"];
+    assert_eq!(huge.is_null(), !PROCFS, "{huge}");
     if PROCFS {
         assert!(mmap["rss_anon_kib"].as_u64().unwrap() > 0);
         assert!(mmap["vm_hwm_kib"].as_u64().unwrap() > 0);

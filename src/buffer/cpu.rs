@@ -39,7 +39,7 @@ impl CpuBufferType {
     pub fn new() -> Self {
         CpuBufferType {
             alignment: Self::DEFAULT_ALIGNMENT,
-            huge_pages: false,
+            huge_pages: true,
         }
     }
 
@@ -50,33 +50,36 @@ impl CpuBufferType {
     pub fn with_alignment(alignment: usize) -> Result<Self> {
         Ok(CpuBufferType {
             alignment: check_alignment(alignment)?,
-            huge_pages: false,
+            huge_pages: true,
         })
     }
 
-    /// Ask for transparent huge pages (`MADV_HUGEPAGE`, Linux) on the
-    /// buffers this type maps (those of at least
-    /// [`CpuBuffer::MAP_THRESHOLD`] bytes). A hint: where the kernel has
-    /// no huge pages to give, or is built without them, the buffer is the
+    /// Whether the buffers this type maps (those of at least
+    /// [`CpuBuffer::MAP_THRESHOLD`] bytes) are in transparent huge pages:
+    /// started on a huge-page boundary and advised `MADV_HUGEPAGE` (Linux
+    /// and Android, where THP is `madvise` or `always`). A hint: where the
+    /// kernel has no huge pages to give, or none at all, the buffer is the
     /// same, in base pages.
     ///
-    /// Off by default. Filling a buffer costs the kernel a fault, a zeroing,
-    /// a memory-cgroup charge and an LRU insertion per page, and 2 MiB pages
-    /// pay those once per 512 base pages, which makes a warm stream load
-    /// faster. But a virtual machine that hands freed memory back to its
-    /// host (free page reporting) gives out huge pages from exactly the
-    /// blocks it handed back, which the host must fault in again on first
-    /// touch, so there huge pages make loads slower and erratic. Figures for
-    /// both: BENCHMARKS.md, "Transparent huge pages for owned buffers".
-    /// Turn it on where freed memory is not reported, or where fewer TLB
-    /// misses in compute matter more.
+    /// On by default. Decode reads every weight per token, and from huge
+    /// pages it read them about 1.12× as fast as from base pages here
+    /// (FIELD-NOTES, "Page sizes and decode"), for as long as the weights
+    /// live. Filling a buffer also pays the kernel's per-page work (fault,
+    /// zeroing, memory-cgroup charge, LRU insertion) once per 512 base
+    /// pages. Against it: a virtual machine that hands freed memory back to
+    /// its host (free page reporting) gives out huge pages from exactly the
+    /// blocks it handed back, which the host faults in again on first touch,
+    /// so loads there can be slower. Figures for both: BENCHMARKS.md,
+    /// "Transparent huge pages for owned buffers". `huge_pages(false)`
+    /// (`weightmap load --no-huge-pages`) turns it off.
     ///
     /// ```
     /// use weightmap::buffer::{BufferType, CpuBufferType};
     /// # fn main() -> weightmap::Result<()> {
-    /// let bt = CpuBufferType::new().huge_pages(true);
-    /// assert!(bt.wants_huge_pages());
-    /// let buf = bt.alloc(4 << 20)?; // mapped, advised MADV_HUGEPAGE
+    /// assert!(CpuBufferType::new().wants_huge_pages());
+    /// let bt = CpuBufferType::new().huge_pages(false);
+    /// assert!(!bt.wants_huge_pages());
+    /// let buf = bt.alloc(4 << 20)?; // mapped, base pages
     /// assert_eq!(buf.bytes().len(), 4 << 20);
     /// # Ok(()) }
     /// ```
@@ -241,8 +244,16 @@ impl CpuBuffer {
     }
 
     /// An anonymous mapping of `size` bytes (and slack for an alignment
-    /// above the page size), advised `MADV_HUGEPAGE` if `huge_pages`.
+    /// above the page size), advised `MADV_HUGEPAGE` if `huge_pages` and
+    /// then started on a huge-page boundary, so that every whole huge page
+    /// of the buffer can be one (the slack before it is never touched, so
+    /// never resident).
     fn map(size: usize, alignment: usize, huge_pages: bool) -> Result<Memory> {
+        let alignment = if huge_pages {
+            alignment.max(crate::os::huge_page())
+        } else {
+            alignment
+        };
         let slack = if alignment > page_size() {
             alignment
         } else {
@@ -543,7 +554,7 @@ mod tests {
 
     #[cfg(target_os = "linux")]
     #[test]
-    fn huge_pages_advises_the_mapping_and_only_when_asked() {
+    fn huge_pages_advise_the_mapping_by_default_and_not_when_turned_off() {
         if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
             return; // a kernel without THP refuses the advice
         }
@@ -556,8 +567,8 @@ mod tests {
             return;
         }
         let size = 8 << 20;
-        let huge = CpuBufferType::new().huge_pages(true).alloc(size).unwrap();
-        let plain = CpuBufferType::new().alloc(size).unwrap();
+        let huge = CpuBufferType::new().alloc(size).unwrap();
+        let plain = CpuBufferType::new().huge_pages(false).alloc(size).unwrap();
         let small = CpuBufferType::new().huge_pages(true).alloc(4096).unwrap();
         assert!(huge.is_mapped() && plain.is_mapped() && !small.is_mapped());
         let has_hg = |b: &CpuBuffer| {
@@ -572,6 +583,9 @@ mod tests {
         );
         assert!(!has_hg(&plain));
         assert!(huge.bytes().iter().all(|&x| x == 0));
+        // Started on a huge-page boundary, whatever the alignment asked.
+        assert_eq!(huge.bytes().as_ptr() as usize % crate::os::huge_page(), 0);
+        assert_eq!(huge.base_addr() % CpuBufferType::DEFAULT_ALIGNMENT, 0);
     }
 
     #[test]

@@ -208,12 +208,14 @@ unsafe fn map_source(
         _ => {}
     }
 
-    // 7. Access advice (MADV_RANDOM only where reads are by row), and mlock,
+    // 7. Access advice (MADV_RANDOM only where reads are by row; the region
+    //    read in huge pages), and mlock,
     //    which pins the whole mapping and so must fit the memory budget.
     let budget = super::budget::current(opts);
     let (start, end) = header.tensor_region();
     let (start, end) = (start as usize, end as usize);
     let random_access = prefetch::apply_advice(&map, &header, opts.advice, start, end);
+    let huge_pages = prefetch::advise_huge_pages(&map, opts.advice, start, end);
     if opts.mlock {
         super::budget::check(map.len() as u64, "mlock of the mapping", &budget, opts)?;
         map.lock().map_err(|source| Error::Mlock {
@@ -342,7 +344,8 @@ unsafe fn map_source(
             }),
         ),
         Prefetch::Populate => {
-            if !prefetch::populate(&map, &ranges, opts.progress.as_ref()) {
+            let reread = opts.reread_small_folios;
+            if !prefetch::populate(&map, &ranges, huge_pages, reread, opts.progress.as_ref()) {
                 return Err(Error::Cancelled.into());
             }
             (None, PrefetchDecision::Populated { bytes })
@@ -352,8 +355,8 @@ unsafe fn map_source(
             prefetch::Region {
                 ranges,
                 in_order: merge(in_order),
-                // Advice the caller chose for the whole region is kept.
-                huge_pages: matches!(opts.advice, prefetch::AdvicePolicy::PerTensor),
+                huge_pages,
+                reread: opts.reread_small_folios,
             },
             max_percent,
             budget.bytes,

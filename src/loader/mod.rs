@@ -56,7 +56,8 @@ pub use prefetch::{
 };
 pub use read::{DirectIo, DirectOutcome, ProgressFn, ReadReport};
 pub use report::{
-    Budget, BufferReport, CopiedTensor, CopyReason, LoadReport, PlacementKind, ShardReport,
+    Budget, BufferReport, CopiedTensor, CopyReason, HugePages, LoadReport, PlacementKind,
+    ShardReport,
 };
 pub use tensor_ref::{OwnedTensor, TensorRef};
 pub use weights::{BorrowedWeights, MappedWeights, Weights};

@@ -104,6 +104,9 @@ pub struct LoadOptions {
     pub(crate) progress: Option<ProgressFn>,
     pub(crate) budget: Option<u64>,
     pub(crate) ignore_budget: bool,
+    /// Re-read the mapped region the page cache held in small folios
+    /// (default off).
+    pub(crate) reread_small_folios: bool,
 }
 
 impl Default for LoadOptions {
@@ -123,6 +126,7 @@ impl Default for LoadOptions {
             progress: None,
             budget: None,
             ignore_budget: false,
+            reread_small_folios: false,
         }
     }
 }
@@ -144,6 +148,7 @@ impl fmt::Debug for LoadOptions {
             .field("progress", &self.progress.as_ref().map(|_| "<fn>"))
             .field("budget", &self.budget)
             .field("ignore_budget", &self.ignore_budget)
+            .field("reread_small_folios", &self.reread_small_folios)
             .finish()
     }
 }
@@ -178,6 +183,27 @@ impl LoadOptions {
     /// [`Prefetch::Background`] within 50% of the available memory).
     pub fn prefetch(mut self, prefetch: Prefetch) -> Self {
         self.prefetch = prefetch;
+        self
+    }
+
+    /// After the prefetch ([`Prefetch::Background`] or
+    /// [`Prefetch::Populate`]) has mapped the region, drop and read again
+    /// what the page cache held in small folios, so that it is read in
+    /// huge-page folios (default off).
+    ///
+    /// The page cache outlives the process that filled it: a file another
+    /// process read with `MADV_WILLNEED` (llama.cpp, weightmap before 0.2)
+    /// or wrote stays in base-page folios, and decode over it runs slower
+    /// for as long as it stays (FIELD-NOTES, "Page sizes and decode").
+    /// [`Weights::huge_pages`](crate::Weights::huge_pages) tells whether it
+    /// did ([`HugePages::mapped_small`](crate::HugePages::mapped_small)). For a
+    /// server that will decode for hours, reading those bytes from storage
+    /// once more is worth it; pages that another process still maps cannot
+    /// be dropped and stay as they are. Where the region is not advised
+    /// `MADV_HUGEPAGE` (other platforms, [`AdvicePolicy::Uniform`]) nothing
+    /// is re-read.
+    pub fn reread_small_folios(mut self, yes: bool) -> Self {
+        self.reread_small_folios = yes;
         self
     }
 

@@ -410,6 +410,7 @@ pub(crate) fn copy_group(
             source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
         })?;
         staging.resize(n, 0u8);
+        let mut dropped = Dropped::default();
         for (&i, p) in idx.iter().zip(&placements) {
             let mut done = 0usize;
             while done < p.len {
@@ -420,8 +421,8 @@ pub(crate) fn copy_group(
                 buffer.set(p.offset + done, &staging[..n])?;
                 // Uploaded: the host keeps neither a copy nor the file's
                 // pages, so it never holds the model twice.
-                ctx.src
-                    .drop_cached(infos.file_range(i).start + done as u64, n as u64);
+                let (from, to) = dropped.next(infos.file_range(i).start + done as u64, n as u64);
+                ctx.src.drop_cached(from, to - from);
                 done += n;
                 if !ctx.progress.add(n as u64) {
                     return Err(Error::Cancelled);
@@ -434,4 +435,30 @@ pub(crate) fn copy_group(
         placements,
         direct: outcome,
     })
+}
+
+/// The ranges to drop from the page cache as uploaded pieces follow one
+/// another. A large folio goes only when a drop covers all of it
+/// (`POSIX_FADV_DONTNEED` passes over one that straddles the range's end),
+/// and the page cache holds the file in folios up to a huge page, so each
+/// drop reaches back a huge page into the run of pieces before it: the
+/// folio that straddled the last boundary goes with the next piece.
+#[derive(Debug, Default)]
+struct Dropped {
+    /// Where the current run of adjoining pieces starts, and ends.
+    run: Option<(u64, u64)>,
+}
+
+impl Dropped {
+    /// The range to drop for the piece `[start, start + len)`.
+    fn next(&mut self, start: u64, len: u64) -> (u64, u64) {
+        let end = start + len;
+        let run_start = match self.run {
+            Some((s, e)) if e == start => s,
+            _ => start,
+        };
+        self.run = Some((run_start, end));
+        let back = crate::os::huge_page() as u64;
+        (start.saturating_sub(back).max(run_start), end)
+    }
 }

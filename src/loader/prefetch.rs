@@ -157,6 +157,35 @@ pub(crate) fn apply_advice(
     }
 }
 
+/// Advise the tensor region `[start, end)` of `map` `MADV_HUGEPAGE` under
+/// [`AdvicePolicy::PerTensor`], in one call (so that the mapping is not cut
+/// into a piece per tensor); returns whether the kernel took it.
+///
+/// Only once the header is read: its first fault's read-ahead (the
+/// device's read-ahead size, 8 MiB here) then comes in base pages, the
+/// first tensors with it. Read in huge pages, the header would share a
+/// 2 MiB folio with the first tensor, and that folio would stay cached as
+/// long as the header is mapped, even when every tensor is uploaded to a
+/// device and dropped from the host (`tests/budget.rs`).
+///
+/// Decode reads every weight per token, and how fast it reads them depends
+/// on the pages behind them: PMD-mapped 2 MiB folios ran GEMV 1.12× a 4 KiB
+/// heap copy here, base-page folios 0.92× (FIELD-NOTES, "Page sizes and
+/// decode"). How the page cache is filled decides its folio size, and it
+/// outlives the process: under this advice every fault in the region, the
+/// prefetch's and the runtime's own, reads PMD-size folios (Linux 5.18+;
+/// whole in the cache on ext4 6.16+ and XFS), where `MADV_WILLNEED` reads
+/// base pages. Advice the caller chose for the whole region
+/// ([`AdvicePolicy::Uniform`]) is left as it is.
+pub(crate) fn advise_huge_pages(
+    map: &Mapping,
+    policy: AdvicePolicy,
+    start: usize,
+    end: usize,
+) -> bool {
+    policy == AdvicePolicy::PerTensor && start < end && map.read_in_huge_pages(start, end)
+}
+
 /// What the prefetch policy did at load time.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -342,6 +371,10 @@ pub struct PrefetchProgress {
     pub bytes_done: u64,
     /// Bytes of the region.
     pub bytes_total: u64,
+    /// Bytes of the region dropped and read again, once read, because the
+    /// page cache held them in small folios
+    /// ([`crate::LoadOptions::reread_small_folios`]).
+    pub bytes_reread: u64,
     /// Running, finished or stopped.
     pub state: PrefetchState,
 }
@@ -388,6 +421,8 @@ struct Shared {
     /// A windowed read-ahead, which waits on the first pass.
     follows_pass: AtomicBool,
     done: AtomicU64,
+    /// Bytes re-read because the page cache held them in small folios.
+    reread: AtomicU64,
     state: AtomicU8,
     total: u64,
     finished: Mutex<bool>,
@@ -400,6 +435,7 @@ impl Shared {
             stop: AtomicBool::new(false),
             follows_pass: AtomicBool::new(false),
             done: AtomicU64::new(0),
+            reread: AtomicU64::new(0),
             state: AtomicU8::new(RUNNING),
             total,
             finished: Mutex::new(false),
@@ -415,13 +451,20 @@ impl Shared {
     }
 }
 
-/// Read `ranges` of `map` (sorted, disjoint) in file order: queue reads
-/// (`WILLNEED`) up to [`AHEAD`] bytes ahead, map one [`CHUNK`] at a time
-/// behind them (`MADV_POPULATE_READ`), and stop when asked or when the rest
-/// no longer fits in memory. Returns the final state.
+/// Read `ranges` of `map` (sorted, disjoint) in file order, mapping one
+/// [`CHUNK`] at a time (`MADV_POPULATE_READ`), and stop when asked or when
+/// the rest no longer fits in memory. Returns the final state.
+///
+/// In huge pages (`huge`: the ranges are advised `MADV_HUGEPAGE`) the
+/// populate's own faults read ahead in PMD-size folios, which the page
+/// cache keeps whole and the mapping maps with one entry each. Otherwise
+/// reads are queued (`WILLNEED`) up to [`AHEAD`] bytes ahead, which the
+/// kernel reads in base-page folios (`force_page_cache_ra`), but without
+/// which a range advised `MADV_RANDOM` would be read a page per fault.
 fn read_in_order(
     map: &Mapping,
     ranges: &[(usize, usize)],
+    huge: bool,
     shared: &Shared,
     mem: Option<(MemReader, u8)>,
     progress: Option<&ProgressFn>,
@@ -437,7 +480,7 @@ fn read_in_order(
                 return STOPPED_DROP;
             }
             let ahead = end.min(pos.saturating_add(AHEAD));
-            if queued < ahead {
+            if !huge && queued < ahead {
                 map.will_need(queued, ahead);
                 queued = ahead;
             }
@@ -567,8 +610,12 @@ impl Behind {
             self.at = self.at.max(rs);
             let upto = to.min(re);
             if upto > self.at {
+                // From a huge page back: a large folio (the pass's own
+                // faults read them) goes only when a drop covers all of it,
+                // and the last batch ended inside one.
+                let from = self.at.saturating_sub(crate::os::huge_page()).max(rs);
                 // Advisory: a failure only leaves the pages to reclaim.
-                let _ = map.release(self.at, upto);
+                let _ = map.release(from, upto);
                 self.at = upto;
             }
             if self.at < re {
@@ -583,15 +630,63 @@ fn total_of(ranges: &[(usize, usize)]) -> u64 {
     ranges.iter().map(|r| (r.1 - r.0) as u64).sum()
 }
 
-/// Read and map `ranges` in the calling thread ([`Prefetch::Populate`]);
-/// false if `progress` cancelled it.
+/// Read and map `ranges` in the calling thread ([`Prefetch::Populate`]),
+/// in huge pages when they are advised so (`huge`), then, if asked
+/// (`reread`), re-read what the page cache held in small folios; false if
+/// `progress` cancelled it.
 pub(crate) fn populate(
     map: &Mapping,
     ranges: &[(usize, usize)],
+    huge: bool,
+    reread: bool,
     progress: Option<&ProgressFn>,
 ) -> bool {
     let shared = Shared::new(total_of(ranges));
-    read_in_order(map, ranges, &shared, None, progress) != STOPPED_CANCEL
+    let state = read_in_order(map, ranges, huge, &shared, None, progress);
+    if state == FINISHED && reread && huge {
+        reread_small_folios(map, ranges, || false);
+    }
+    state != STOPPED_CANCEL
+}
+
+/// Drop and read again, in huge-page folios, each of `ranges` (advised
+/// `MADV_HUGEPAGE`, read and mapped) that this process maps mostly in base
+/// pages: the page cache held it in small folios before the load (another
+/// process filled it), which a fault under the advice does not change.
+/// Returns the bytes re-read; stops early when `stop` says so. What another
+/// process still maps cannot be dropped, and stays as it is.
+fn reread_small_folios(map: &Mapping, ranges: &[(usize, usize)], stop: impl Fn() -> bool) -> u64 {
+    let mut reread = 0u64;
+    for &(start, end) in ranges {
+        let Ok((sizes, capacity)) = map.page_sizes(start, end) else {
+            return reread;
+        };
+        let small = sizes
+            .resident
+            .min(capacity as u64)
+            .saturating_sub(sizes.huge);
+        // A quarter of what could be huge, at least one huge page: the
+        // ragged ends of a range and a neighbour's page are not worth a read.
+        if small < (capacity as u64 / 4).max(crate::os::huge_page() as u64) {
+            continue;
+        }
+        if map.release(start, end).is_err() {
+            continue;
+        }
+        let mut pos = start;
+        while pos < end {
+            if stop() {
+                return reread;
+            }
+            let n = CHUNK.min(end - pos);
+            if map.populate_read(pos, pos + n).is_err() {
+                return reread;
+            }
+            pos += n;
+            reread += n as u64;
+        }
+    }
+    reread
 }
 
 /// The mapped tensor region a prefetch reads.
@@ -602,9 +697,13 @@ pub(crate) struct Region {
     /// The same without the tables read by row: what a first pass goes
     /// through in order.
     pub(crate) in_order: Vec<(usize, usize)>,
-    /// Whether a region too large for the budget may be advised
-    /// `MADV_HUGEPAGE` (not when the caller chose advice for all of it).
+    /// Whether the region is advised `MADV_HUGEPAGE` ([`advise_huge_pages`]):
+    /// it is then read in PMD-size folios, by the prefetch as by the first
+    /// pass's own faults.
     pub(crate) huge_pages: bool,
+    /// Re-read what the page cache held in small folios, once read
+    /// ([`crate::LoadOptions::reread_small_folios`]).
+    pub(crate) reread: bool,
 }
 
 /// A background prefetch of a mapping's tensor region, stopped and joined on
@@ -633,6 +732,7 @@ impl Prefetcher {
             ranges,
             in_order,
             huge_pages,
+            reread,
         } = region;
         let bytes = total_of(&ranges);
         let avail = match decide(bytes, budget, max_percent) {
@@ -642,10 +742,7 @@ impl Prefetcher {
                 // the cgroup reclaims such folios whole, where the windowed
                 // read-ahead's 4 KiB folios cost it a reverse-map walk and
                 // a TLB flush each (BENCHMARKS.md, "Under a memory limit").
-                let huge = huge_pages
-                    && !ranges.is_empty()
-                    && ranges.iter().all(|&(s, e)| map.read_in_huge_pages(s, e));
-                if huge {
+                if huge_pages && !ranges.is_empty() {
                     return (None, PrefetchDecision::HugePages { bytes, budget });
                 }
                 return Prefetcher::start_windowed(map, ranges, in_order, budget, max_percent);
@@ -660,7 +757,19 @@ impl Prefetcher {
             max_percent,
         };
         Prefetcher::spawn(shared, decision, move |s| {
-            read_in_order(&m, &ranges, s, Some((mem, max_percent)), progress.as_ref())
+            let state = read_in_order(
+                &m,
+                &ranges,
+                huge_pages,
+                s,
+                Some((mem, max_percent)),
+                progress.as_ref(),
+            );
+            if state == FINISHED && reread && huge_pages {
+                let n = reread_small_folios(&m, &ranges, || s.stop.load(Ordering::Relaxed));
+                s.reread.store(n, Ordering::Relaxed);
+            }
+            state
         })
     }
 
@@ -753,6 +862,7 @@ impl Prefetcher {
         PrefetchProgress {
             bytes_done: self.shared.done.load(Ordering::Relaxed),
             bytes_total: self.shared.total,
+            bytes_reread: self.shared.reread.load(Ordering::Relaxed),
             state,
         }
     }
@@ -835,6 +945,7 @@ mod tests {
                 in_order: ranges.clone(),
                 ranges,
                 huge_pages: false,
+                reread: false,
             },
             max_percent,
             budget,
@@ -900,6 +1011,7 @@ mod tests {
                 ranges: vec![(0, len)],
                 in_order: vec![(0, len)],
                 huge_pages: false,
+                reread: false,
             },
             50,
             shrinking(),

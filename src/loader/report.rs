@@ -91,6 +91,52 @@ pub struct BufferReport {
     pub size: usize,
 }
 
+/// How many bytes of the placed tensors sit in huge pages, measured when
+/// asked ([`Weights::huge_pages`]): decode reads every weight per token,
+/// and reads them faster from huge pages (FIELD-NOTES, "Page sizes and
+/// decode").
+///
+/// [`Weights::huge_pages`]: crate::Weights::huge_pages
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HugePages {
+    /// Bytes of the buffers that view the file mapping.
+    pub mapped_bytes: u64,
+    /// Of those, the bytes this process has mapped (`Rss`): read by now,
+    /// by the prefetch or the first pass. `None` where it cannot be known.
+    pub mapped_resident: Option<u64>,
+    /// Of those, the bytes mapped with PMD entries (`FilePmdMapped` in
+    /// `/proc/self/smaps`); `None` where it cannot be known (no smaps:
+    /// Windows and macOS map no file in huge pages).
+    pub mapped_huge: Option<u64>,
+    /// Bytes of the mapped buffers inside whole huge pages: the most that
+    /// can be mapped in huge pages.
+    pub mapped_huge_capacity: u64,
+    /// Bytes of the owned host buffers (copies, the stream path).
+    pub owned_bytes: u64,
+    /// Of those, the bytes in transparent huge pages (`AnonHugePages`);
+    /// `None` where it cannot be known.
+    pub owned_huge: Option<u64>,
+}
+
+impl HugePages {
+    /// Bytes of the mapped buffers that are mapped in base pages although
+    /// the page cache could hold them in huge ones: resident, not in a huge
+    /// page, and inside a whole huge page of the buffers (the ragged ends
+    /// of a buffer never can be). `None` where it cannot be known.
+    ///
+    /// Where the region is read under `MADV_HUGEPAGE`, base pages there
+    /// mean the page cache already held them in small folios when the
+    /// load came (another process filled it with `MADV_WILLNEED`, or
+    /// wrote the file): what
+    /// [`LoadOptions::reread_small_folios`](crate::LoadOptions::reread_small_folios)
+    /// re-reads.
+    pub fn mapped_small(&self) -> Option<u64> {
+        let resident = self.mapped_resident?.min(self.mapped_huge_capacity);
+        Some(resident.saturating_sub(self.mapped_huge?))
+    }
+}
+
 /// What a load did.
 #[derive(Clone, Debug)]
 #[non_exhaustive]

@@ -16,7 +16,7 @@ use super::budget::CopyRule;
 use super::loaded::Loaded;
 use super::mapped::{map_any, MapFail};
 use super::options::{LoadMode, LoadOptions};
-use super::report::{LoadReport, PlacementKind, ShardReport};
+use super::report::{HugePages, LoadReport, PlacementKind, ShardReport};
 use super::shards;
 use super::source::Source;
 use super::stream::stream_source;
@@ -684,6 +684,65 @@ impl Weights {
         }
     }
 
+    /// How many bytes of the placed tensors are in huge pages now: the
+    /// mapped buffers' bytes mapped with PMD entries, and the owned host
+    /// buffers' bytes in transparent huge pages. Measured when called
+    /// (`/proc/self/smaps`, about a millisecond), so ask after the first
+    /// pass or [`Weights::wait_prefetch`]: a mapping has no pages until
+    /// something reads them. Device buffers are not counted.
+    ///
+    /// ```no_run
+    /// # fn main() -> weightmap::Result<()> {
+    /// // SAFETY: model.gguf is not modified while loaded.
+    /// let w = unsafe { weightmap::Weights::load("model.gguf", &Default::default())? };
+    /// w.wait_prefetch();
+    /// let h = w.huge_pages();
+    /// if let Some(huge) = h.mapped_huge {
+    ///     println!("{huge} of {} mapped bytes in huge pages", h.mapped_bytes);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn huge_pages(&self) -> HugePages {
+        let mut ranges = Vec::new();
+        let mut mapped = Vec::new();
+        for b in self.buffers().filter(|b| b.is_host()) {
+            if let Some(bytes) = b.host_bytes() {
+                let start = bytes.as_ptr() as usize;
+                ranges.push((start, start + bytes.len()));
+                mapped.push(!b.owns_memory());
+            }
+        }
+        let measured = crate::os::page_sizes(&ranges).ok();
+        let known = measured.as_ref().map(|_| 0);
+        let mut h = HugePages {
+            mapped_bytes: 0,
+            mapped_resident: known,
+            mapped_huge: known,
+            mapped_huge_capacity: 0,
+            owned_bytes: 0,
+            owned_huge: known,
+        };
+        let add = |total: &mut Option<u64>, n: Option<u64>| {
+            if let (Some(t), Some(n)) = (total.as_mut(), n) {
+                *t += n;
+            }
+        };
+        for (i, &(s, e)) in ranges.iter().enumerate() {
+            let m = measured.as_ref().map(|m| m[i]);
+            if mapped[i] {
+                h.mapped_bytes += (e - s) as u64;
+                h.mapped_huge_capacity += crate::os::whole_huge_pages(s, e) as u64;
+                add(&mut h.mapped_resident, m.map(|m| m.resident));
+                add(&mut h.mapped_huge, m.map(|m| m.huge));
+            } else {
+                h.owned_bytes += (e - s) as u64;
+                add(&mut h.owned_huge, m.map(|m| m.huge));
+            }
+        }
+        h
+    }
+
     /// The index (in file order, over every file) of the tensor called
     /// `name`, for [`Weights::tensor_at`]: each file's own name index is
     /// asked in turn (names are unique across shards).
@@ -711,6 +770,7 @@ fn combine_progress(it: impl Iterator<Item = PrefetchProgress>) -> Option<Prefet
             Some(o) => PrefetchProgress {
                 bytes_done: o.bytes_done + p.bytes_done,
                 bytes_total: o.bytes_total + p.bytes_total,
+                bytes_reread: o.bytes_reread + p.bytes_reread,
                 // Running while any runs; otherwise the first that did not finish.
                 state: if o.state == super::prefetch::PrefetchState::Running
                     || p.state == super::prefetch::PrefetchState::Running

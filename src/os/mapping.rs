@@ -15,6 +15,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::pages::{sample_starts, MapWindow, View};
+use super::smaps::PageSizes;
 use super::sys::{self, CacheProbe, FileMap};
 
 pub use super::advice::{AccessAdvice, Residency};
@@ -287,6 +288,18 @@ impl Mapping {
                 })
             }
         }
+    }
+
+    /// What this process has mapped of `[start, end)`, and how much of
+    /// it in huge pages, with the most that could be
+    /// (`/proc/self/smaps`).
+    ///
+    /// # Errors
+    /// Reading smaps; `Unsupported` where there is none.
+    pub(crate) fn page_sizes(&self, start: usize, end: usize) -> io::Result<(PageSizes, usize)> {
+        let (s, e) = (self.addr() + start, self.addr() + end);
+        let sizes = super::smaps::page_sizes(&[(s, e)])?;
+        Ok((sizes[0], super::mem::whole_huge_pages(s, e)))
     }
 
     /// Lock the whole mapping in memory (`mlock`; Windows `VirtualLock`,

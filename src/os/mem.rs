@@ -25,6 +25,13 @@ pub(crate) fn huge_page() -> usize {
     huge_page_size(sys::page_size())
 }
 
+/// Bytes of `[start, end)` (addresses) inside whole huge pages: the most
+/// of it that can be mapped in huge pages.
+pub(crate) fn whole_huge_pages(start: usize, end: usize) -> usize {
+    let h = huge_page();
+    (end / h * h).saturating_sub(start.next_multiple_of(h))
+}
+
 /// Ask that the anonymous memory `mem` be backed by huge pages
 /// (`MADV_HUGEPAGE`, Linux and Android): a hint, refused without
 /// transparent huge pages, and a no-op elsewhere.

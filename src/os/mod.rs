@@ -42,11 +42,13 @@ mod io;
 mod mapping;
 mod mem;
 mod pages;
+mod smaps;
 
 pub(crate) use budget::*;
 pub(crate) use io::*;
 pub(crate) use mapping::*;
 pub(crate) use mem::*;
+pub(crate) use smaps::page_sizes;
 /// The error a refused map gives here (Unix `ENODEV`, a filesystem that
 /// cannot map; Windows 1455, the paging file too small), for tests that
 /// inject one.

@@ -34,8 +34,10 @@ memory. The modes (--modes, in this order by default):
 
 and, on request, mmap-sequential (MADV_SEQUENTIAL, no prefetch),
 mmap-populate (read and map every page before returning, as llama.cpp),
-stream-buffered (through the page cache), stream-direct (O_DIRECT) and
-stream-huge (stream into transparent huge pages, --huge-pages).
+stream-buffered (through the page cache), stream-direct (O_DIRECT),
+stream-huge (stream into transparent huge pages, --huge-pages: the default
+now, kept for scripts) and stream-small (owned buffers in base pages,
+--no-huge-pages).
 
 Runs are interleaved (mmap, mmap-random, ..., mmap, ...) so that drift
 affects all alike; warmup iterations are run the same way and discarded.
@@ -100,8 +102,10 @@ pub enum Kind {
     StreamBuffered,
     /// Streamed, always with O_DIRECT.
     StreamDirect,
-    /// Streamed into a buffer advised MADV_HUGEPAGE.
+    /// Streamed into a buffer advised MADV_HUGEPAGE (the default now).
     StreamHuge,
+    /// Streamed into a buffer in base pages (`--no-huge-pages`).
+    StreamSmall,
     /// One read() of each whole file of the model, then the touch.
     Baseline,
 }
@@ -118,6 +122,7 @@ impl Kind {
             Kind::StreamBuffered => "stream-buffered",
             Kind::StreamDirect => "stream-direct",
             Kind::StreamHuge => "stream-huge",
+            Kind::StreamSmall => "stream-small",
             Kind::Baseline => "baseline",
         }
     }
@@ -129,6 +134,7 @@ impl Kind {
                 | Kind::StreamBuffered
                 | Kind::StreamDirect
                 | Kind::StreamHuge
+                | Kind::StreamSmall
                 | Kind::Baseline
         )
     }
@@ -150,6 +156,7 @@ impl Kind {
             Kind::StreamBuffered => mode("stream", &["--direct-io", "off"]),
             Kind::StreamDirect => mode("stream", &["--direct-io", "on"]),
             Kind::StreamHuge => mode("stream", &["--huge-pages"]),
+            Kind::StreamSmall => mode("stream", &["--no-huge-pages"]),
         };
         v.push("--json".into());
         if hashes {
@@ -175,6 +182,9 @@ struct Sample {
     rss_anon_kib: Option<u64>,
     rss_anon_after_touch_kib: Option<u64>,
     rss_file_after_touch_kib: Option<u64>,
+    /// The share of the placed tensors' bytes in huge pages after the
+    /// touch, in percent (`load --json`'s `huge_pages`).
+    huge_pct: Option<f64>,
     vm_hwm_kib: Option<u64>,
     bytes_mapped: Option<u64>,
     bytes_copied: Option<u64>,
@@ -395,6 +405,7 @@ pub fn run(a: &Args) -> CliResult {
                     "peak_rss_anon_after_touch_kib": r.peak(|s| s.rss_anon_after_touch_kib),
                     "peak_rss_file_after_touch_kib": r.peak(|s| s.rss_file_after_touch_kib),
                     "peak_vm_hwm_kib": r.peak(|s| s.vm_hwm_kib),
+                    "huge_pages_pct_median": r.median_of(|s| s.huge_pct).map(round3),
                 });
                 if r.kind != Kind::Baseline {
                     let first = r.samples.first();
@@ -468,6 +479,7 @@ pub fn run(a: &Args) -> CliResult {
             "RssAnon kB touched",
             "VmHWM kB",
             "cached after %",
+            "huge pages %",
         ]
         .map(String::from)
         .to_vec()];
@@ -485,10 +497,15 @@ pub fn run(a: &Args) -> CliResult {
                 kib(r.peak(|s| s.vm_hwm_kib)),
                 r.median_of(|s| s.resident_after_pct)
                     .map_or_else(|| "n/a".into(), |v| format!("{v:.1}")),
+                r.median_of(|s| s.huge_pct)
+                    .map_or_else(|| "n/a".into(), |v| format!("{v:.1}")),
             ]);
         }
         out.push_str(&table(&rows, 1, ""));
-        out.push_str("(medians; RssAnon and VmHWM are peaks over the runs)\n\n");
+        out.push_str(
+            "(medians; RssAnon and VmHWM are peaks over the runs; huge pages: the share of \
+             the placed tensors' bytes mapped in huge pages after the touch)\n\n",
+        );
         for r in results.iter().filter(|r| r.kind.mapped()) {
             if let Some(f) = r.first(|s| s.fallback.as_ref()) {
                 out.push_str(&format!(
@@ -581,6 +598,7 @@ fn run_child(exe: &Path, file: &Path, kind: Kind, cold: bool, hashes: bool) -> C
         rss_anon_kib: v["rss_anon_kib"].as_u64(),
         rss_anon_after_touch_kib: v["rss_anon_after_touch_kib"].as_u64(),
         rss_file_after_touch_kib: v["rss_file_after_touch_kib"].as_u64(),
+        huge_pct: huge_pct(&v["huge_pages"]),
         vm_hwm_kib: v["vm_hwm_after_touch_kib"]
             .as_u64()
             .or_else(|| v["vm_hwm_kib"].as_u64()),
@@ -593,6 +611,19 @@ fn run_child(exe: &Path, file: &Path, kind: Kind, cold: bool, hashes: bool) -> C
         prefetch: text("prefetch"),
         tensors,
     })
+}
+
+/// The share of `load --json`'s `huge_pages` bytes in huge pages, in
+/// percent; `None` where the platform cannot tell or nothing is placed.
+fn huge_pct(h: &Value) -> Option<f64> {
+    let bytes = h["mapped_bytes"].as_u64()? + h["owned_bytes"].as_u64()?;
+    let known = |k: &str, b: &str| match h[b].as_u64() {
+        Some(0) => Some(0),
+        _ => h[k].as_u64(),
+    };
+    let huge =
+        known("mapped_huge_bytes", "mapped_bytes")? + known("owned_huge_bytes", "owned_bytes")?;
+    (bytes > 0).then(|| huge as f64 * 100.0 / bytes as f64)
 }
 
 /// With --cold, fail before anything is generated or run where the

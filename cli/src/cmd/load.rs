@@ -76,10 +76,19 @@ pub struct Args {
     /// of refusing them (exit 1, "... over the memory budget ...").
     #[arg(long)]
     ignore_budget: bool,
-    /// Ask for transparent huge pages (MADV_HUGEPAGE) on the owned
-    /// buffers copied tensors go to.
-    #[arg(long)]
+    /// Transparent huge pages (MADV_HUGEPAGE, huge-page aligned) for the
+    /// owned buffers copied tensors go to: the default since 0.2; the flag
+    /// is kept for scripts that pass it.
+    #[arg(long, conflicts_with = "no_huge_pages")]
     huge_pages: bool,
+    /// Owned buffers in base pages, not transparent huge pages.
+    #[arg(long)]
+    no_huge_pages: bool,
+    /// Once the prefetch has mapped the region, drop and read again what
+    /// the page cache held in small folios (filled by another process), so
+    /// that decode reads huge pages; for a server that will decode for hours.
+    #[arg(long)]
+    reread_small_folios: bool,
     /// Drop the file from the page cache before loading (a cold start).
     #[arg(long)]
     evict: bool,
@@ -238,8 +247,9 @@ pub fn run(a: &Args) -> CliResult {
         .direct_io(a.direct_io.into())
         .read_threads(a.threads)
         .ignore_budget(a.ignore_budget)
+        .reread_small_folios(a.reread_small_folios)
         .buffer_type(std::sync::Arc::new(
-            weightmap::buffer::CpuBufferType::new().huge_pages(a.huge_pages),
+            weightmap::buffer::CpuBufferType::new().huge_pages(!a.no_huge_pages),
         ));
     let opts = match a.budget {
         Some(b) => opts.budget(b),
@@ -272,11 +282,20 @@ pub fn run(a: &Args) -> CliResult {
     } else {
         None
     };
+    // What decode will read through: measured after the touch (the first
+    // pass maps the pages), else right after the load; after the re-read of
+    // small folios when one was asked for.
+    if a.reread_small_folios {
+        weights.wait_prefetch();
+    }
+    let huge = weights.huge_pages();
     let faults = match (faults0, Faults::read()) {
         (Some(a), Some(b)) => Some(b.since(a)),
         _ => None,
     };
-    let prefetched = weights.prefetch_progress().map(|p| p.bytes_done);
+    let prefetch_progress = weights.prefetch_progress();
+    let prefetched = prefetch_progress.map(|p| p.bytes_done);
+    let reread = prefetch_progress.map(|p| p.bytes_reread);
     pb.finish_and_clear();
     // With --evict: how much of the file the load (and touch) left cached.
     let resident_after = if a.evict {
@@ -363,6 +382,7 @@ pub fn run(a: &Args) -> CliResult {
             "prefetch": r.prefetch.to_string(),
             "prefetch_kind": r.prefetch.name(),
             "prefetched_bytes": prefetched,
+            "prefetch_reread_bytes": reread,
             "random_access_tensors": r.random_access_tensors,
             "shards": r.shards.len().max(1),
             "shard_files": r.shards.iter().map(|sh| json!({
@@ -378,6 +398,7 @@ pub fn run(a: &Args) -> CliResult {
             "rss_anon_after_touch_kib": after.and_then(|m| m.rss_anon_kib),
             "rss_file_after_touch_kib": after.and_then(|m| m.rss_file_kib),
             "vm_hwm_after_touch_kib": after.and_then(|m| m.vm_hwm_kib),
+            "huge_pages": super::huge_pages_json(&huge),
         });
         if a.hashes {
             o["tensors"] = hashes
@@ -497,6 +518,18 @@ pub fn run(a: &Args) -> CliResult {
                 vec![
                     "RssFile after touch:".into(),
                     kib(after.and_then(|m| m.rss_file_kib)),
+                ],
+                vec![
+                    if a.touch {
+                        "huge pages after touch:".into()
+                    } else {
+                        "huge pages:".into()
+                    },
+                    super::huge_pages_text(&huge),
+                ],
+                vec![
+                    "small folios:".into(),
+                    super::small_folios_text(&huge, reread),
                 ],
             ],
             2,

@@ -195,6 +195,58 @@ impl From<FormatArg> for Format {
     }
 }
 
+/// [`weightmap::HugePages`] as JSON: `mapped_bytes`,
+/// `mapped_resident_bytes`, `mapped_huge_bytes`,
+/// `mapped_huge_capacity_bytes`, `mapped_small_bytes`, `owned_bytes`,
+/// `owned_huge_bytes` (`null` where the platform cannot tell).
+pub fn huge_pages_json(h: &weightmap::HugePages) -> serde_json::Value {
+    serde_json::json!({
+        "mapped_bytes": h.mapped_bytes,
+        "mapped_resident_bytes": h.mapped_resident,
+        "mapped_huge_bytes": h.mapped_huge,
+        "mapped_huge_capacity_bytes": h.mapped_huge_capacity,
+        "mapped_small_bytes": h.mapped_small(),
+        "owned_bytes": h.owned_bytes,
+        "owned_huge_bytes": h.owned_huge,
+    })
+}
+
+/// [`weightmap::HugePages`] for people: `mapped 240.0 of 241.4 MiB, owned
+/// none`, or "not available" where the platform cannot tell.
+pub fn huge_pages_text(h: &weightmap::HugePages) -> String {
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    let part = |what: &str, bytes: u64, huge: Option<u64>| match (bytes, huge) {
+        (0, _) => format!("{what} none"),
+        (_, None) => format!("{what} not available"),
+        (b, Some(n)) => format!("{what} {:.1} of {:.1} MiB", mib(n), mib(b)),
+    };
+    format!(
+        "{}, {}",
+        part("mapped", h.mapped_bytes, h.mapped_huge),
+        part("owned", h.owned_bytes, h.owned_huge)
+    )
+}
+
+/// Whether the mapped tensors sit in small page-cache folios, for people:
+/// what [`weightmap::HugePages::mapped_small`] counts, and what
+/// `--reread-small-folios` re-read (`reread`, from the prefetch).
+pub fn small_folios_text(h: &weightmap::HugePages, reread: Option<u64>) -> String {
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    let reread = match reread {
+        Some(n) if n > 0 => format!("; {:.1} MiB re-read", mib(n)),
+        _ => String::new(),
+    };
+    match h.mapped_small() {
+        None => "not available".into(),
+        Some(n) if n >= (h.mapped_huge_capacity / 4).max(2 << 20) => format!(
+            "{:.1} MiB of the mapped tensors in base pages: the page cache held them in \
+             small folios (another process filled it); --reread-small-folios re-reads them{reread}",
+            mib(n)
+        ),
+        Some(n) => format!("{:.1} MiB{reread}", mib(n)),
+    }
+}
+
 /// Format a byte count for people: `536870912 (512.0 MiB)`.
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
