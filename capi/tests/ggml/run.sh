@@ -34,7 +34,9 @@ if [ ! -f "$SRC/CMakeLists.txt" ]; then
       exit 0
     fi
     echo "== ggml proof: pip download llama-cpp-python==$VERSION (sdist)"
-    if ! "${PIP[@]}" download --quiet --no-deps --no-binary :all: \
+    # --no-binary for this package only: the same sdist, without building
+    # pip's build requirements (cmake, ninja) from source for its metadata.
+    if ! "${PIP[@]}" download --quiet --no-deps --no-binary llama-cpp-python \
         "llama-cpp-python==$VERSION" -d "$WORK/sdist"; then
       echo "SKIPPED: ggml proof: could not download llama-cpp-python==$VERSION from PyPI"
       exit 0
