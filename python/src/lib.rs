@@ -170,6 +170,19 @@ fn raw_layout<'py>(
     strict: bool,
 ) -> PyResult<(Bound<'py, PyArrayDescr>, Vec<u64>)> {
     let (layout, shape) = layout(info)?;
+    let sub_byte = matches!(
+        info.ty,
+        TensorType::F4 | TensorType::F6_E2M3 | TensorType::F6_E3M2
+    );
+    if strict && sub_byte {
+        // safetensors.numpy has no type for them either.
+        return Err(PyTypeError::new_err(format!(
+            "{}: numpy has no {} type: use framework=\"pt\" (torch.float4_e2m1fn_x2 for \
+             F4), or weightmap.open for the packed bytes",
+            info.name,
+            info.ty.name().to_ascii_uppercase()
+        )));
+    }
     let ty = match layout {
         Layout::Bytes => return Ok((np_dtype(py, "|u1")?, shape)),
         Layout::Elements(ty) => ty,
