@@ -31,9 +31,11 @@ fi
 
 echo "== pip install maturin numpy pytest gguf safetensors ml_dtypes"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
-# gguf 0.19.0 made the fixtures (testdata/README.md): the oracle is pinned to it.
+# gguf 0.19.0 made the fixtures (testdata/README.md): the oracle is pinned to
+# it. safetensors is pinned to the version whose own tests
+# .ci/safetensors-suite.sh runs.
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
-  "maturin>=1.5,<2" numpy pytest "gguf==0.19.0" safetensors ml_dtypes
+  "maturin>=1.5,<2" numpy pytest "gguf==0.19.0" "safetensors==0.8.0" ml_dtypes
 
 # torch is optional for the package, but CI tests weightmap.safe_open's
 # torch path against safetensors' own. The CPU-only wheel index is not
@@ -66,4 +68,11 @@ if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests: failing" >&2
   exit 1
 fi
-exit "$rc"
+if [ "$rc" -ne 0 ]; then
+  exit "$rc"
+fi
+
+# safetensors' own tests with weightmap's readers swapped in (they need torch).
+if [ "${WEIGHTMAP_TORCH:-1}" != 0 ]; then
+  VENV="$VENV" bash "$ROOT/.ci/safetensors-suite.sh"
+fi
