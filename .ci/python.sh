@@ -31,9 +31,11 @@ fi
 
 echo "== pip install maturin numpy pytest gguf safetensors ml_dtypes"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
-# gguf 0.19.0 made the fixtures (testdata/README.md): the oracle is pinned to it.
+# gguf 0.19.0 made the fixtures (testdata/README.md): the oracle is pinned to
+# it. safetensors is pinned to the version whose own tests
+# .ci/safetensors-suite.sh runs.
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
-  "maturin>=1.5,<2" numpy pytest "gguf==0.19.0" safetensors ml_dtypes
+  "maturin>=1.5,<2" numpy pytest "gguf==0.19.0" "safetensors==0.8.0" ml_dtypes
 
 # torch is optional for the package, but CI tests weightmap.safe_open's
 # torch path against safetensors' own. The CPU-only wheel index is not
@@ -51,6 +53,26 @@ if [ "${WEIGHTMAP_TORCH:-1}" != 0 ]; then
   export WEIGHTMAP_REQUIRE_TORCH=1
 fi
 
+# transformers (and accelerate, which its GGUF path needs), pinned, for
+# python/tests/test_transformers_gguf.py: from_pretrained(gguf_file=) with
+# and without weightmap.gguf.patch() on models `weightmap gen` makes.
+if [ "${WEIGHTMAP_TORCH:-1}" != 0 ]; then
+  echo "== pip install transformers==5.24.0 accelerate==1.16.0"
+  t0=$(date +%s)
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-compile \
+    "transformers==5.24.0" "accelerate==1.16.0"
+  echo "   transformers: $(( $(date +%s) - t0 )) s"
+  echo "== weightmap gen: a llama-shaped and a gemma3-shaped GGUF for transformers"
+  GEN="$ROOT/target/python-gen"
+  mkdir -p "$GEN/llama" "$GEN/gemma3"
+  cargo run --locked -q -- gen "$GEN/llama/model.gguf" --size 16M --tensors 57 --vocab 2000
+  cargo run --locked -q -- gen "$GEN/gemma3/model.gguf" --arch gemma3 --size 24M --tensors 41 --vocab 2000
+  # and a llama-shaped safetensors model for the tensor-parallel example
+  cargo run --locked -q -- gen "$GEN/tp.safetensors" --format safetensors --size 64M \
+    --tensors 57 --vocab 4000 --types f32,f16,bf16
+  export WEIGHTMAP_GEN_MODELS="$GEN" WEIGHTMAP_REQUIRE_TRANSFORMERS=1 HF_HUB_OFFLINE=1
+fi
+
 echo "== pip install ./python (maturin builds the extension)"
 # Build outside python/ so that repeated runs reuse the compiled crates.
 export CARGO_TARGET_DIR="$ROOT/target/python"
@@ -66,4 +88,17 @@ if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests: failing" >&2
   exit 1
 fi
-exit "$rc"
+if [ "$rc" -ne 0 ]; then
+  exit "$rc"
+fi
+
+# safetensors' own tests with weightmap's readers swapped in (they need
+# torch), and the tensor-parallel example on two ranks (gloo, CPU).
+if [ "${WEIGHTMAP_TORCH:-1}" != 0 ]; then
+  VENV="$VENV" bash "$ROOT/.ci/safetensors-suite.sh"
+  echo "== torchrun --nproc-per-node 2 python/examples/tp_load.py"
+  t0=$(date +%s)
+  (cd "$ROOT/target" && "$VENV/bin/torchrun" --nproc-per-node 2 \
+    "$ROOT/python/examples/tp_load.py" "$GEN/tp.safetensors")
+  echo "   tp_load: $(( $(date +%s) - t0 )) s"
+fi

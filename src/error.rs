@@ -460,7 +460,7 @@ pub enum Error {
     },
 
     // ---- dequantization --------------------------------------------------------
-    /// A type with no dequantization to f32 (Q8_1, C64).
+    /// A type with no dequantization to f32 (Q8_1, C64, F4, F6_E2M3, F6_E3M2).
     #[error("{ty} has no dequantization to f32")]
     NoDequantize {
         /// The type.

@@ -149,6 +149,13 @@ tensor_types! {
     F8_E8M0 = "f8_e8m0", ggml None, block 1, bytes 1;
     /// complex of two f32 (safetensors `C64`).
     C64 = "c64", ggml None, block 1, bytes 8;
+    /// 4-bit float, e2m1, two to a byte (safetensors `F4`, torch's
+    /// `float4_e2m1fn_x2`): a "block" of 2 elements in 1 byte.
+    F4 = "f4", ggml None, block 2, bytes 1;
+    /// 6-bit float, e2m3, four in 3 bytes (safetensors `F6_E2M3`).
+    F6_E2M3 = "f6_e2m3", ggml None, block 4, bytes 3;
+    /// 6-bit float, e3m2, four in 3 bytes (safetensors `F6_E3M2`).
+    F6_E3M2 = "f6_e3m2", ggml None, block 4, bytes 3;
 }
 
 /// Highest id in ggml's table (`GGML_TYPE_COUNT - 1`).

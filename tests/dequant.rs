@@ -246,9 +246,16 @@ fn q4_k_by_hand() {
 }
 
 #[test]
-fn every_type_but_q8_1_and_c64_dequantizes() {
+fn every_type_but_q8_1_c64_and_sub_byte_floats_dequantizes() {
     for &ty in TensorType::ALL {
-        let expected = !matches!(ty, TensorType::Q8_1 | TensorType::C64);
+        let expected = !matches!(
+            ty,
+            TensorType::Q8_1
+                | TensorType::C64
+                | TensorType::F4
+                | TensorType::F6_E2M3
+                | TensorType::F6_E3M2
+        );
         assert_eq!(ty.has_dequantize(), expected, "{ty}");
         if expected {
             // Two zeroed blocks come out as the right number of elements.
@@ -310,7 +317,13 @@ fn wrong_output_length_is_an_error() {
 
 #[test]
 fn types_without_dequantization_are_an_error() {
-    for ty in [TensorType::Q8_1, TensorType::C64] {
+    for ty in [
+        TensorType::Q8_1,
+        TensorType::C64,
+        TensorType::F4,
+        TensorType::F6_E2M3,
+        TensorType::F6_E3M2,
+    ] {
         let bytes = vec![0u8; ty.type_size() as usize];
         let err = dequantize_to_vec(ty, &bytes).unwrap_err();
         assert_eq!(err.name(), "no_dequantize");

@@ -602,13 +602,32 @@ fn unknown_dtype_string() {
 }
 
 #[test]
-fn sub_byte_dtypes_are_unsupported() {
-    for (dtype, shape, len) in [("F4", 2, 1), ("F6_E2M3", 4, 3), ("F6_E3M2", 4, 3)] {
-        let json =
-            format!(r#"{{"w":{{"dtype":"{dtype}","shape":[{shape}],"data_offsets":[0,{len}]}}}}"#);
-        let d = header_detail(&file(&json, len));
+fn sub_byte_dtypes_map_to_whole_byte_blocks() {
+    for (dtype, ty, shape, len) in [
+        ("F4", TensorType::F4, 2, 1),
+        ("F6_E2M3", TensorType::F6_E2M3, 4, 3),
+        ("F6_E3M2", TensorType::F6_E3M2, 4, 3),
+    ] {
+        let json = format!(
+            r#"{{"w":{{"dtype":"{dtype}","shape":[3,{shape}],"data_offsets":[0,{}]}}}}"#,
+            3 * len
+        );
+        let h = SafetensorsHeader::parse(&file(&json, 3 * len))
+            .unwrap_or_else(|e| panic!("{dtype}: {e}"));
+        let t = &h.tensors().get(0).unwrap();
+        assert_eq!(
+            (t.ty, t.nbytes, t.ne()),
+            (ty, 3 * len as u64, vec![shape as u64, 3]),
+            "{dtype}"
+        );
+        // Elements that do not fill whole bytes are refused, saying so.
+        let json = format!(
+            r#"{{"w":{{"dtype":"{dtype}","shape":[{}],"data_offsets":[0,{len}]}}}}"#,
+            shape + 1
+        );
+        let d = header_detail(&file(&json, len + 1));
         assert!(
-            d.contains("tensor 'w'") && d.contains(dtype) && d.contains("not supported"),
+            d.contains("tensor 'w'") && d.contains(dtype) && d.contains("whole number of bytes"),
             "{d}"
         );
     }

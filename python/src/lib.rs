@@ -20,6 +20,7 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
+mod gguf;
 mod safe_open;
 
 use weightmap as wm;
@@ -170,6 +171,19 @@ fn raw_layout<'py>(
     strict: bool,
 ) -> PyResult<(Bound<'py, PyArrayDescr>, Vec<u64>)> {
     let (layout, shape) = layout(info)?;
+    let sub_byte = matches!(
+        info.ty,
+        TensorType::F4 | TensorType::F6_E2M3 | TensorType::F6_E3M2
+    );
+    if strict && sub_byte {
+        // safetensors.numpy has no type for them either.
+        return Err(PyTypeError::new_err(format!(
+            "{}: numpy has no {} type: use framework=\"pt\" (torch.float4_e2m1fn_x2 for \
+             F4), or weightmap.open for the packed bytes",
+            info.name,
+            info.ty.name().to_ascii_uppercase()
+        )));
+    }
     let ty = match layout {
         Layout::Bytes => return Ok((np_dtype(py, "|u1")?, shape)),
         Layout::Elements(ty) => ty,
@@ -611,6 +625,45 @@ fn open(py: Python<'_>, path: PathBuf, mode: &str) -> PyResult<PyWeights> {
     })
 }
 
+/// Dequantize `data`, the raw bytes of whole blocks of the ggml type with
+/// id `ggml_type` (any contiguous array; viewed as bytes), into a new
+/// float32 array of `n` elements, bit for bit as ggml (and
+/// `gguf.quants.dequantize`) do. `weightmap.gguf.dequantize` shapes it.
+#[pyfunction]
+fn _dequantize<'py>(
+    py: Python<'py>,
+    data: &Bound<'py, PyAny>,
+    ggml_type: u32,
+) -> PyResult<Bound<'py, PyArray1<f32>>> {
+    let ty = TensorType::from_ggml_id(ggml_type)
+        .ok_or_else(|| Error::new_err(format!("unknown ggml type {ggml_type}")))?;
+    // The bytes, copied once out of numpy (any layout) into an immutable
+    // bytes object.
+    let obj = py
+        .import("numpy")?
+        .call_method1("ascontiguousarray", (data,))?
+        .call_method1("view", ("uint8",))?
+        .call_method0("tobytes")?;
+    let obj = obj
+        .downcast_into::<PyBytes>()
+        .map_err(|_| PyTypeError::new_err("data: not an array"))?;
+    let bytes = obj.as_bytes();
+    let bs = ty.block_size() as usize;
+    let ts = ty.type_size() as usize;
+    if bytes.len() % ts != 0 {
+        return Err(Error::new_err(format!(
+            "{} bytes are not a whole number of {} blocks ({ts} bytes each)",
+            bytes.len(),
+            ty.name()
+        )));
+    }
+    let n = bytes.len() / ts * bs;
+    let mut out = vec![0f32; n];
+    py.allow_threads(|| wm::quant::dequantize(ty, bytes, &mut out))
+        .map_err(|e| to_py(py, e))?;
+    Ok(PyArray1::from_vec(py, out))
+}
+
 /// The extension module, `weightmap._weightmap`; the package `weightmap`
 /// (python/python/weightmap/) re-exports it.
 #[pymodule]
@@ -622,6 +675,8 @@ fn weightmap_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Owner>()?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
     safe_open::register(m)?;
+    m.add_class::<gguf::GgufLayout>()?;
+    m.add_function(wrap_pyfunction!(_dequantize, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

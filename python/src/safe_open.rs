@@ -19,15 +19,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use pyo3::exceptions::{
-    PyFileNotFoundError, PyImportError, PyKeyError, PyOSError, PyPermissionError, PyTypeError,
-    PyValueError,
+    PyFileNotFoundError, PyImportError, PyOSError, PyPermissionError, PyTypeError,
 };
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyModule, PyTuple};
+use pyo3::types::{PyByteArray, PyDict, PyEllipsis, PyList, PyModule, PySlice, PyTuple, PyType};
 
 use weightmap as wm;
-use wm::{Format, Header, LoadOptions, ModelHeaders, TensorInfo, TensorType};
+use wm::{Format, Header, LoadMode, LoadOptions, ModelHeaders, TensorInfo, TensorType};
 
 use crate::{layout, metadata_dict, tensor_array, to_py, writable_array, Error, Layout, Owner};
 
@@ -40,20 +39,24 @@ enum Framework {
 
 impl Framework {
     /// safetensors' names for the two frameworks weightmap serves.
-    fn parse(name: &str) -> PyResult<Framework> {
+    fn parse(py: Python<'_>, name: &str) -> PyResult<Framework> {
         match name {
             "np" | "numpy" => Ok(Framework::Numpy),
             "pt" | "torch" | "pytorch" => Ok(Framework::Torch),
-            "tf" | "tensorflow" | "jax" | "flax" | "mlx" | "paddle" => {
-                Err(PyValueError::new_err(format!(
+            "tf" | "tensorflow" | "jax" | "flax" | "mlx" | "paddle" => Err(st_err(
+                py,
+                format!(
                     "framework {name:?} is not supported by weightmap.safe_open: \
                      use \"np\" (or \"numpy\") or \"pt\" (or \"torch\", \"pytorch\")"
-                )))
-            }
-            _ => Err(PyValueError::new_err(format!(
-                "framework {name:?} is invalid: use \"np\" (or \"numpy\") or \"pt\" \
-                 (or \"torch\", \"pytorch\")"
-            ))),
+                ),
+            )),
+            _ => Err(st_err(
+                py,
+                format!(
+                    "framework {name:?} is invalid: use \"np\" (or \"numpy\") or \"pt\" \
+                     (or \"torch\", \"pytorch\")"
+                ),
+            )),
         }
     }
 
@@ -61,6 +64,67 @@ impl Framework {
         match self {
             Framework::Numpy => "numpy",
             Framework::Torch => "pytorch",
+        }
+    }
+}
+
+/// `weightmap.SafetensorError` (made by the Python package: a
+/// `weightmap.Error` that also derives from `safetensors.SafetensorError`
+/// where safetensors is importable) saying `msg`.
+pub(crate) fn st_err(py: Python<'_>, msg: impl Into<String>) -> PyErr {
+    let msg = msg.into();
+    let cls = py
+        .import(intern!(py, "weightmap"))
+        .and_then(|m| m.getattr(intern!(py, "SafetensorError")))
+        .and_then(|c| Ok(c.downcast_into::<PyType>()?));
+    match cls {
+        Ok(cls) => PyErr::from_type(cls, (msg,)),
+        // The package is not importable (the extension used on its own).
+        Err(_) => Error::new_err(msg),
+    }
+}
+
+/// A library error from opening a model, as safetensors reports it: a
+/// missing file is `FileNotFoundError("No such file or directory: <name>")`,
+/// other OS errors keep their class, and anything wrong in the file is a
+/// `SafetensorError` ("Error while deserializing header: ...") carrying
+/// weightmap's `kind` and `name`.
+fn open_err(py: Python<'_>, filename: &Path, e: wm::Error) -> PyErr {
+    if let wm::Error::Io { source, .. } = &e {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            return PyFileNotFoundError::new_err(format!(
+                "No such file or directory: {}",
+                filename.display()
+            ));
+        }
+        return to_py(py, e);
+    }
+    let err = st_err(py, format!("Error while deserializing header: {e}"));
+    let value = err.value(py);
+    // Best effort: an exception without these attributes is still the error.
+    let _ = value.setattr("kind", e.kind().name());
+    let _ = value.setattr("name", e.name());
+    err
+}
+
+/// Where tensor bytes come from (safetensors' `backend=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    /// Map the files (the default).
+    Mmap,
+    /// Read the tensors with weightmap's stream path: owned copies, no mapping.
+    Pread,
+}
+
+impl Backend {
+    fn parse(py: Python<'_>, name: &str) -> PyResult<Backend> {
+        match name {
+            "mmap" => Ok(Backend::Mmap),
+            "pread" => Ok(Backend::Pread),
+            _ => Err(st_err(
+                py,
+                format!("backend {name:?} is invalid (expected one of: \"mmap\", \"pread\")"),
+            )),
         }
     }
 }
@@ -146,60 +210,61 @@ struct CowFile {
 
 /// The loaded model behind a handle.
 enum Model {
-    /// numpy: the model as `weightmap.open` loads it (read-only mapping).
-    Mapped(Py<Owner>),
-    /// torch: each file's header and copy-on-write mapping, in shard order.
-    Cow {
-        files: Vec<CowFile>,
-        torch: Py<PyModule>,
-    },
+    /// numpy with `backend="mmap"`, and both frameworks with
+    /// `backend="pread"`: the model as `weightmap.open` loads it, mapped
+    /// read-only (mmap) or read into owned memory by the stream path (pread).
+    Loaded(Py<Owner>),
+    /// torch with `backend="mmap"`: each file's header and copy-on-write
+    /// mapping, in shard order.
+    Cow(Vec<CowFile>),
 }
 
 impl Model {
     /// Tensor descriptors in file order (shard order, then file order).
     fn infos(&self) -> Vec<TensorInfo<'_>> {
         match self {
-            Model::Mapped(o) => o.get().weights.tensor_infos().collect(),
-            Model::Cow { files, .. } => files.iter().flat_map(|f| f.header.tensors()).collect(),
+            Model::Loaded(o) => o.get().weights.tensor_infos().collect(),
+            Model::Cow(files) => files.iter().flat_map(|f| f.header.tensors()).collect(),
         }
     }
 
-    /// The tensor `name`, and (torch) the index of its file.
+    /// The tensor `name`, and (torch, mmap) the index of its file.
     fn find(&self, name: &str) -> Option<(usize, TensorInfo<'_>)> {
         match self {
-            Model::Mapped(o) => {
+            Model::Loaded(o) => {
                 let w = &o.get().weights;
                 let i = w.tensor_index(name)?;
                 Some((0, w.tensor_at(i)?.info()))
             }
-            Model::Cow { files, .. } => files.iter().enumerate().find_map(|(k, f)| {
+            Model::Cow(files) => files.iter().enumerate().find_map(|(k, f)| {
                 let j = f.header.tensor_index(name)?;
                 Some((k, f.header.tensors().get(j)?))
             }),
         }
     }
 
-    fn find_or_key_error(&self, name: &str) -> PyResult<(usize, TensorInfo<'_>)> {
+    /// As `find`; a missing tensor is safetensors' error.
+    fn find_or_err(&self, py: Python<'_>, name: &str) -> PyResult<(usize, TensorInfo<'_>)> {
         self.find(name)
-            .ok_or_else(|| PyKeyError::new_err(name.to_owned()))
+            .ok_or_else(|| st_err(py, format!("File does not contain tensor {name}")))
     }
 
     /// The first file's header: the model's metadata.
     fn first(&self) -> &Header {
         match self {
-            Model::Mapped(o) => o.get().weights.header(),
-            Model::Cow { files, .. } => &files[0].header,
+            Model::Loaded(o) => o.get().weights.header(),
+            Model::Cow(files) => &files[0].header,
         }
     }
 }
 
-/// safetensors' dtype string for a type: "F32", "BF16", "F8_E4M3", ...;
-/// for GGUF's types, the ggml type's name as gguf-py spells it ("Q4_K").
+/// safetensors' dtype string for a type: "F32", "BF16", "F8_E4M3", "F4",
+/// ...; for GGUF's types, the ggml type's name as gguf-py spells it ("Q4_K").
 fn dtype_str(ty: TensorType) -> String {
     ty.name().to_ascii_uppercase()
 }
 
-/// torch's name of a plain type (`torch.<name>`).
+/// torch's name of a type (`torch.<name>`), for the types torch has.
 fn torch_dtype_name(ty: TensorType) -> Option<&'static str> {
     Some(match ty {
         TensorType::F32 => "float32",
@@ -221,54 +286,110 @@ fn torch_dtype_name(ty: TensorType) -> Option<&'static str> {
         TensorType::F8_E4M3FNUZ => "float8_e4m3fnuz",
         TensorType::F8_E5M2FNUZ => "float8_e5m2fnuz",
         TensorType::F8_E8M0 => "float8_e8m0fnu",
+        // Two fp4 values a byte, the innermost dimension halved (as
+        // safetensors gives F4).
+        TensorType::F4 => "float4_e2m1fn_x2",
         _ => return None,
     })
 }
 
-/// The tensor `info` of the file `map` as a torch tensor viewing the
-/// copy-on-write mapping: plain types as their torch dtype in the element
-/// shape, block-quantized types as uint8 rows of bytes (gguf-py's shapes).
-fn torch_tensor<'py>(
+/// What a tensor is, owned: enough to make it again after the handle closed.
+#[derive(Clone, Debug)]
+struct TensorDesc {
+    name: String,
+    ty: TensorType,
+    /// Element or byte layout (see `layout`).
+    bytes: bool,
+    /// The shape it is given in (numpy order; bytes per row last for a
+    /// block-quantized or sub-byte type).
+    shape: Vec<u64>,
+    file_offset: u64,
+    nbytes: u64,
+}
+
+impl TensorDesc {
+    fn new(info: &TensorInfo<'_>) -> PyResult<TensorDesc> {
+        let (layout, shape) = layout(info)?;
+        Ok(TensorDesc {
+            name: info.name.to_owned(),
+            ty: info.ty,
+            bytes: matches!(layout, Layout::Bytes),
+            shape,
+            file_offset: info.file_offset,
+            nbytes: info.nbytes,
+        })
+    }
+
+    /// The torch dtype its uint8 bytes are viewed as, `None` to keep uint8:
+    /// plain types as their torch dtype, F4 as `float4_e2m1fn_x2`,
+    /// block-quantized GGUF types as bytes. A type torch lacks (the F6
+    /// types, a float8 an old torch does not have) is a `TypeError` naming
+    /// it: only this tensor's access fails.
+    fn torch_dtype<'py>(
+        &self,
+        torch: &Bound<'py, PyModule>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let sub_byte = matches!(
+            self.ty,
+            TensorType::F4 | TensorType::F6_E2M3 | TensorType::F6_E3M2
+        );
+        if (self.bytes && !sub_byte) || self.ty == TensorType::U8 {
+            return Ok(None);
+        }
+        let name = torch_dtype_name(self.ty).ok_or_else(|| {
+            PyTypeError::new_err(format!(
+                "{}: torch has no dtype for {} tensors",
+                self.name,
+                dtype_str(self.ty)
+            ))
+        })?;
+        match torch.getattr(name) {
+            Ok(d) => Ok(Some(d)),
+            Err(_) => {
+                let version: String = torch.getattr("__version__")?.extract()?;
+                Err(PyTypeError::new_err(format!(
+                    "{}: torch {version} has no torch.{name} for {} tensors",
+                    self.name,
+                    dtype_str(self.ty)
+                )))
+            }
+        }
+    }
+
+    /// A uint8 tensor of its bytes as a tensor of its dtype and shape.
+    fn torch_from_bytes<'py>(
+        &self,
+        py: Python<'py>,
+        bytes: Bound<'py, PyAny>,
+        dtype: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let mut t = bytes;
+        if let Some(dtype) = dtype {
+            t = t.call_method1(intern!(py, "view"), (dtype,))?;
+        }
+        t.call_method1(intern!(py, "reshape"), (PyTuple::new(py, &self.shape)?,))
+    }
+}
+
+/// The tensor `desc` of the file `map` as a torch tensor viewing the
+/// copy-on-write mapping, zero-copy.
+fn cow_tensor<'py>(
     py: Python<'py>,
     torch: &Bound<'py, PyModule>,
     map: &Bound<'py, CowMap>,
-    info: &TensorInfo<'_>,
+    desc: &TensorDesc,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let (layout, shape) = layout(info)?;
-    let dtype = match layout {
-        Layout::Bytes => None,
-        Layout::Elements(TensorType::U8) => None,
-        Layout::Elements(ty) => {
-            let name = torch_dtype_name(ty).ok_or_else(|| {
-                PyTypeError::new_err(format!(
-                    "{}: no torch dtype for {}",
-                    info.name,
-                    dtype_str(ty)
-                ))
-            })?;
-            match torch.getattr(name) {
-                Ok(d) => Some(d),
-                Err(_) => {
-                    let version: String = torch.getattr("__version__")?.extract()?;
-                    return Err(PyTypeError::new_err(format!(
-                        "{}: torch {version} has no torch.{name} for {} tensors",
-                        info.name,
-                        dtype_str(ty)
-                    )));
-                }
-            }
-        }
-    };
+    let dtype = desc.torch_dtype(torch)?;
     let cow = map.get();
-    let range = usize::try_from(info.file_offset)
+    let range = usize::try_from(desc.file_offset)
         .ok()
-        .zip(usize::try_from(info.nbytes).ok())
+        .zip(usize::try_from(desc.nbytes).ok())
         .and_then(|(start, len)| Some((start, len, start.checked_add(len)?)))
         .filter(|&(_, _, end)| end <= cow.len);
     let Some((start, len, _)) = range else {
         return Err(Error::new_err(format!(
             "{}: bytes {}..+{} are outside the file's {} bytes",
-            info.name, info.file_offset, info.nbytes, cow.len
+            desc.name, desc.file_offset, desc.nbytes, cow.len
         )));
     };
     // SAFETY: `[start, start + len)` lies within the mapping (checked
@@ -287,11 +408,72 @@ fn torch_tensor<'py>(
             map.clone().into_any(),
         )?
     };
-    let mut t = torch.getattr(intern!(py, "from_numpy"))?.call1((bytes,))?;
-    if let Some(dtype) = dtype {
-        t = t.call_method1(intern!(py, "view"), (dtype,))?;
+    let t = torch.getattr(intern!(py, "from_numpy"))?.call1((bytes,))?;
+    desc.torch_from_bytes(py, t, dtype)
+}
+
+/// The tensor `desc` of a model the stream path read (`backend="pread"`) as
+/// a torch tensor owning a copy of its bytes (torch tensors are writable,
+/// the stream path's buffers are not).
+fn owned_tensor<'py>(
+    py: Python<'py>,
+    torch: &Bound<'py, PyModule>,
+    owner: &Bound<'py, Owner>,
+    desc: &TensorDesc,
+) -> PyResult<Bound<'py, PyAny>> {
+    let dtype = desc.torch_dtype(torch)?;
+    let weights = &owner.get().weights;
+    let t = weights.tensor(&desc.name).map_err(|e| to_py(py, e))?;
+    let u8_dtype = torch.getattr(intern!(py, "uint8"))?;
+    let bytes = if desc.nbytes == 0 {
+        // torch.frombuffer refuses an empty buffer.
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("dtype", &u8_dtype)?;
+        torch.call_method(intern!(py, "empty"), ((0,),), Some(&kwargs))?
+    } else {
+        let ba = match t.host_bytes() {
+            Some(b) => PyByteArray::new(py, b),
+            None => PyByteArray::new(py, &t.to_vec().map_err(|e| to_py(py, e))?),
+        };
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("dtype", &u8_dtype)?;
+        torch.call_method(intern!(py, "frombuffer"), (ba,), Some(&kwargs))?
+    };
+    desc.torch_from_bytes(py, bytes, dtype)
+}
+
+/// Where a tensor's bytes are, for a handle or a slice that outlives it.
+enum Source {
+    /// A model `weightmap.open` loads (mapped read-only, or streamed).
+    Loaded(Py<Owner>),
+    /// A file mapped copy-on-write (torch, mmap).
+    Cow(Py<CowMap>),
+}
+
+/// The full tensor `desc` from `source` in `framework`, zero-copy except
+/// for torch over a streamed model.
+fn make_tensor<'py>(
+    py: Python<'py>,
+    source: &Source,
+    framework: Framework,
+    torch: Option<&Py<PyModule>>,
+    desc: &TensorDesc,
+) -> PyResult<Bound<'py, PyAny>> {
+    match (source, framework, torch) {
+        (Source::Loaded(owner), Framework::Numpy, _) => {
+            tensor_array(py, owner.bind(py), &desc.name, true)
+        }
+        (Source::Loaded(owner), Framework::Torch, Some(torch)) => {
+            owned_tensor(py, torch.bind(py), owner.bind(py), desc)
+        }
+        (Source::Cow(map), Framework::Torch, Some(torch)) => {
+            cow_tensor(py, torch.bind(py), map.bind(py), desc)
+        }
+        _ => Err(Error::new_err(format!(
+            "{}: internal error: no tensor source for this framework",
+            desc.name
+        ))),
     }
-    t.call_method1(intern!(py, "reshape"), (PyTuple::new(py, shape)?,))
 }
 
 /// Open a model as safetensors' `safe_open` does.
@@ -301,61 +483,101 @@ fn torch_tensor<'py>(
 /// `weightmap.open`). `framework`: `"np"`/`"numpy"` (read-only, zero-copy
 /// numpy arrays) or `"pt"`/`"torch"`/`"pytorch"` (zero-copy CPU tensors over
 /// a copy-on-write mapping: writes stay in this process, never in the file).
-/// `device`: `"cpu"`.
+/// `device`: `"cpu"`. `backend`: `"mmap"` (default) maps the files;
+/// `"pread"` reads the tensors with weightmap's stream path instead (owned
+/// copies, no mapping; torch tensors are then copies of those).
 ///
 /// The files must not be modified or truncated while the handle or any
-/// tensor from it lives: a rewritten file changes the tensors, a truncated
-/// one kills the process (SIGBUS) when they are read.
+/// tensor from it lives (backend `"mmap"`): a rewritten file changes the
+/// tensors, a truncated one kills the process (SIGBUS) when they are read.
 #[pyclass(module = "weightmap", name = "safe_open")]
 struct SafeOpen {
     /// `None` once closed.
     model: Option<Model>,
     framework: Framework,
+    backend: Backend,
+    /// The torch module, for torch handles.
+    torch: Option<Py<PyModule>>,
     filename: String,
 }
 
 impl SafeOpen {
-    fn model(&self) -> PyResult<&Model> {
+    fn model(&self, py: Python<'_>) -> PyResult<&Model> {
         self.model
             .as_ref()
-            .ok_or_else(|| PyValueError::new_err("weightmap.safe_open: the file is closed"))
+            .ok_or_else(|| st_err(py, "File is closed"))
     }
 
-    /// The tensor `name` in this handle's framework, zero-copy.
+    /// The tensor `name`'s description and where its bytes are.
+    fn locate(&self, py: Python<'_>, name: &str) -> PyResult<(Source, TensorDesc)> {
+        let model = self.model(py)?;
+        let (k, info) = model.find_or_err(py, name)?;
+        let desc = TensorDesc::new(&info)?;
+        let source = match model {
+            Model::Loaded(owner) => Source::Loaded(owner.clone_ref(py)),
+            Model::Cow(files) => Source::Cow(files[k].map.clone_ref(py)),
+        };
+        Ok((source, desc))
+    }
+
+    /// The tensor `name` in this handle's framework.
     fn tensor<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
-        let model = self.model()?;
-        match model {
-            Model::Mapped(owner) => tensor_array(py, owner.bind(py), name, true),
-            Model::Cow { files, torch } => {
-                let (k, info) = model.find_or_key_error(name)?;
-                torch_tensor(py, torch.bind(py), files[k].map.bind(py), &info)
-            }
-        }
+        let (source, desc) = self.locate(py, name)?;
+        make_tensor(py, &source, self.framework, self.torch.as_ref(), &desc)
     }
 }
 
 #[pymethods]
 impl SafeOpen {
     #[new]
-    #[pyo3(signature = (filename, framework, device = None))]
+    #[pyo3(signature = (filename, framework, device = None, backend = "mmap"))]
     fn new(
         py: Python<'_>,
         filename: PathBuf,
         framework: &str,
         device: Option<&Bound<'_, PyAny>>,
+        backend: &str,
     ) -> PyResult<SafeOpen> {
-        let framework = Framework::parse(framework)?;
+        let framework = Framework::parse(py, framework)?;
+        let backend = Backend::parse(py, backend)?;
         if let Some(d) = device {
             let name = d.str()?.to_string();
             if name != "cpu" {
-                return Err(PyValueError::new_err(format!(
-                    "device {name:?} is not supported: weightmap.safe_open gives CPU \
-                     tensors (device=\"cpu\"); move them with .to(device)"
-                )));
+                return Err(st_err(
+                    py,
+                    format!(
+                        "device {name:?} is not supported: weightmap.safe_open gives CPU \
+                         tensors (device=\"cpu\"); move them with .to(device)"
+                    ),
+                ));
             }
         }
-        let model = match framework {
-            Framework::Numpy => {
+        let torch = match framework {
+            Framework::Numpy => None,
+            Framework::Torch => Some(py.import("torch").map_err(|e| {
+                let err = PyImportError::new_err(format!(
+                    "weightmap.safe_open(framework=\"pt\") needs torch, which could not \
+                     be imported: {e}"
+                ));
+                err.set_cause(py, Some(e));
+                err
+            })?),
+        };
+        let model = match (framework, backend) {
+            (_, Backend::Pread) => {
+                let p = filename.clone();
+                let loaded = py.allow_threads(move || {
+                    wm::Weights::load_streamed(&p, &LoadOptions::default().mode(LoadMode::Stream))
+                });
+                let weights = loaded.map_err(|e| open_err(py, &filename, e))?;
+                Model::Loaded(Py::new(
+                    py,
+                    Owner {
+                        weights: Arc::new(weights),
+                    },
+                )?)
+            }
+            (Framework::Numpy, Backend::Mmap) => {
                 let p = filename.clone();
                 let loaded = py.allow_threads(move || {
                     // SAFETY: `Weights::load` requires that the files are not
@@ -365,27 +587,19 @@ impl SafeOpen {
                     // `safe_open`'s docstring and python/README.md.
                     unsafe { wm::Weights::load(&p, &LoadOptions::default()) }
                 });
-                let weights = loaded.map_err(|e| to_py(py, e))?;
-                Model::Mapped(Py::new(
+                let weights = loaded.map_err(|e| open_err(py, &filename, e))?;
+                Model::Loaded(Py::new(
                     py,
                     Owner {
                         weights: Arc::new(weights),
                     },
                 )?)
             }
-            Framework::Torch => {
-                let torch = py.import("torch").map_err(|e| {
-                    let err = PyImportError::new_err(format!(
-                        "weightmap.safe_open(framework=\"pt\") needs torch, which could not \
-                         be imported: {e}"
-                    ));
-                    err.set_cause(py, Some(e));
-                    err
-                })?;
+            (Framework::Torch, Backend::Mmap) => {
                 let p = filename.clone();
                 let headers = py
                     .allow_threads(move || ModelHeaders::read(&p))
-                    .map_err(|e| to_py(py, e))?;
+                    .map_err(|e| open_err(py, &filename, e))?;
                 let mut files = Vec::with_capacity(headers.files.len());
                 for (path, header) in headers.files {
                     let len = header.file_len();
@@ -397,36 +611,35 @@ impl SafeOpen {
                         map: Py::new(py, map)?,
                     });
                 }
-                Model::Cow {
-                    files,
-                    torch: torch.unbind(),
-                }
+                Model::Cow(files)
             }
         };
         Ok(SafeOpen {
             model: Some(model),
             framework,
+            backend,
+            torch: torch.map(Bound::unbind),
             filename: filename.to_string_lossy().into_owned(),
         })
     }
 
     /// Tensor names, sorted (as safetensors' `keys()`).
     fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let mut names: Vec<&str> = self.model()?.infos().iter().map(|t| t.name).collect();
+        let mut names: Vec<&str> = self.model(py)?.infos().iter().map(|t| t.name).collect();
         names.sort_unstable();
         PyList::new(py, names)
     }
 
     /// Tensor names in file order (shard order, then file order, for several files).
     fn offset_keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        PyList::new(py, self.model()?.infos().iter().map(|t| t.name))
+        PyList::new(py, self.model(py)?.infos().iter().map(|t| t.name))
     }
 
     /// safetensors: the `__metadata__` map, or `None` when the file has none
     /// (the first file's, for several). GGUF: every key/value of the (first)
     /// file, as Python values.
     fn metadata<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let header = self.model()?.first();
+        let header = self.model(py)?.first();
         if header.safetensors().is_some_and(|h| !h.has_metadata()) {
             return Ok(None);
         }
@@ -434,7 +647,8 @@ impl SafeOpen {
     }
 
     /// The tensor `name`: a read-only numpy array (numpy) or a CPU tensor
-    /// (torch), both zero-copy views of the file. `KeyError` when absent.
+    /// (torch), zero-copy views of the file with backend `"mmap"`.
+    /// `SafetensorError` when absent.
     fn get_tensor<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
         self.tensor(py, name)
     }
@@ -450,19 +664,15 @@ impl SafeOpen {
     }
 
     /// A lazily indexed tensor: `get_shape()`, `get_dtype()` and indexing
-    /// (`slice_[a:b]`, `slice_[:, a:b]`, ...), which gives a view where the
-    /// framework can view the selection and a copy where it cannot.
+    /// (`slice_[a:b]`, `slice_[:, a:b]`, ...). Nothing is made until it is
+    /// indexed, so a dtype the framework cannot hold fails only then.
     fn get_slice(&self, py: Python<'_>, name: &str) -> PyResult<SafeSlice> {
-        let model = self.model()?;
-        let (_, info) = model.find_or_key_error(name)?;
-        let (_, shape) = layout(&info)?;
-        let dtype = dtype_str(info.ty);
-        let tensor = self.tensor(py, name)?.unbind();
+        let (source, desc) = self.locate(py, name)?;
         Ok(SafeSlice {
-            tensor,
-            shape,
-            dtype,
-            name: name.to_owned(),
+            source,
+            desc,
+            framework: self.framework,
+            torch: self.torch.as_ref().map(|t| t.clone_ref(py)),
         })
     }
 
@@ -488,39 +698,227 @@ impl SafeOpen {
                 format!("{format}, {} tensors", m.infos().len())
             }
         };
+        let backend = match self.backend {
+            Backend::Mmap => "mmap",
+            Backend::Pread => "pread",
+        };
         format!(
-            "<weightmap.safe_open {:?} framework={} ({state})>",
+            "<weightmap.safe_open {:?} framework={} backend={backend} ({state})>",
             self.filename,
             self.framework.name()
         )
     }
 }
 
-/// A tensor opened by `safe_open.get_slice`, indexed lazily. The full
-/// tensor is a zero-copy view of the file; indexing it is the framework's
-/// own indexing (numpy's or torch's): ints, slices, steps, tuples,
-/// Ellipsis give views; whatever the framework copies for (a list of
-/// indices, say) is a copy.
+/// One index of one dimension, resolved as safetensors resolves it
+/// (`TensorIndexer`): a selected position, or `start:stop:step`.
+enum Ix {
+    Select(u64),
+    Narrow(Option<u64>, Option<u64>, u64),
+}
+
+impl std::fmt::Display for Ix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let opt = |b: &Option<u64>| b.map(|v| v.to_string()).unwrap_or_default();
+        match self {
+            Ix::Select(n) => write!(f, "{n}"),
+            Ix::Narrow(a, b, 1) => write!(f, "{}:{}", opt(a), opt(b)),
+            Ix::Narrow(a, b, s) => write!(f, "{}:{}:{s}", opt(a), opt(b)),
+        }
+    }
+}
+
+/// A Python int as an `i64`, or `None` for anything else (bools included).
+fn as_int(v: &Bound<'_, PyAny>) -> Option<i64> {
+    if v.is_instance_of::<pyo3::types::PyBool>() {
+        return None;
+    }
+    if !v.is_instance_of::<pyo3::types::PyInt>() {
+        return None;
+    }
+    v.extract().ok()
+}
+
+/// Refuse, with safetensors' `SafetensorError` and message, the indexes
+/// safetensors refuses under numpy: a non-empty list, a second Ellipsis, a
+/// step below 1, more indexes than dimensions, an int or slice bound out
+/// of range. What it does not refuse is left to numpy's own indexing, and
+/// so is what safetensors cannot parse at all (negative slice bounds,
+/// `None`, index arrays): weightmap takes those as numpy does.
+fn check_np_index(py: Python<'_>, index: &Bound<'_, PyAny>, shape: &[u64]) -> PyResult<()> {
+    let items: Vec<Bound<'_, PyAny>> = if let Ok(t) = index.downcast::<PyTuple>() {
+        t.iter().collect()
+    } else if let Ok(l) = index.downcast::<PyList>() {
+        if l.is_empty() {
+            return Ok(());
+        }
+        return Err(st_err(py, "Non empty lists are not implemented"));
+    } else {
+        vec![index.clone()]
+    };
+    let ellipses = items
+        .iter()
+        .filter(|it| it.is_instance_of::<PyEllipsis>())
+        .count();
+    if ellipses > 1 {
+        return Err(st_err(
+            py,
+            "Only one ellipsis (...) is allowed in slice index",
+        ));
+    }
+    let expansion = shape.len().saturating_sub(items.len() - ellipses);
+    let mut ixs: Vec<Ix> = Vec::with_capacity(shape.len());
+    for it in &items {
+        if it.is_instance_of::<PyEllipsis>() {
+            ixs.extend((0..expansion).map(|_| Ix::Narrow(None, None, 1)));
+        } else if let Ok(s) = it.downcast::<PySlice>() {
+            let bound = |attr: &str| -> PyResult<Option<Option<i64>>> {
+                let v = s.getattr(attr)?;
+                if v.is_none() {
+                    return Ok(Some(None));
+                }
+                Ok(as_int(&v).map(Some))
+            };
+            let (Some(start), Some(stop), Some(step)) =
+                (bound("start")?, bound("stop")?, bound("step")?)
+            else {
+                return Ok(()); // not ints: numpy decides
+            };
+            let step = step.unwrap_or(1);
+            if step <= 0 {
+                return Err(st_err(
+                    py,
+                    format!("Slice step must be a positive integer, got {step}"),
+                ));
+            }
+            if start.is_some_and(|v| v < 0) || stop.is_some_and(|v| v < 0) {
+                return Ok(()); // safetensors cannot parse these; numpy's meaning
+            }
+            ixs.push(Ix::Narrow(
+                start.map(|v| v as u64),
+                stop.map(|v| v as u64),
+                step as u64,
+            ));
+        } else if let Some(idx) = as_int(it) {
+            let dim_idx = ixs.len();
+            let dim = shape.get(dim_idx).copied().unwrap_or(0);
+            let resolved = if idx < 0 {
+                let r = i128::from(dim) + i128::from(idx);
+                if r < 0 {
+                    return Err(st_err(
+                        py,
+                        format!("Invalid index {idx} for dimension {dim_idx} of size {dim}"),
+                    ));
+                }
+                r as u64
+            } else {
+                idx as u64
+            };
+            ixs.push(Ix::Select(resolved));
+        } else {
+            return Ok(()); // None, arrays, ...: numpy decides
+        }
+    }
+    let fail = |detail: String| {
+        let shown: Vec<String> = ixs.iter().map(ToString::to_string).collect();
+        st_err(
+            py,
+            format!(
+                "Error during slicing [{}] with shape {shape:?}: {detail}",
+                shown.join(", ")
+            ),
+        )
+    };
+    if ixs.len() > shape.len() {
+        return Err(fail(
+            "more slicing indexes than dimensions in tensor".to_owned(),
+        ));
+    }
+    // Innermost first, as safetensors walks them (its first error wins).
+    // One difference: an empty range at the end of a dimension (`[:]` of a
+    // 0-length one, `[n:]` of an n-long one) is an empty selection, as in
+    // numpy, where safetensors refuses it.
+    for (i, &dim) in shape.iter().enumerate().rev() {
+        let Some(ix) = ixs.get(i) else { continue };
+        let (start, stop, empty_ok) = match *ix {
+            Ix::Select(s) => (s, s.saturating_add(1), false),
+            Ix::Narrow(a, b, _) => (a.unwrap_or(0), b.unwrap_or(dim), true),
+        };
+        let start_bad = if empty_ok && start == dim && stop <= dim {
+            false
+        } else {
+            start >= dim
+        };
+        if start_bad || stop > dim {
+            let asked = if start_bad {
+                start
+            } else {
+                stop.saturating_sub(1)
+            };
+            return Err(fail(format!(
+                "index {asked} out of bounds for tensor dimension #{i} of size {dim}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `index` with a trailing Ellipsis, so that numpy gives a 0-d array, not a
+/// scalar, when every dimension is selected (as safetensors does).
+fn with_ellipsis<'py>(index: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = index.py();
+    let mut items: Vec<Bound<'py, PyAny>> = match index.downcast::<PyTuple>() {
+        Ok(t) => t.iter().collect(),
+        Err(_) => vec![index.clone()],
+    };
+    if !items.iter().any(|it| it.is_instance_of::<PyEllipsis>()) {
+        items.push(PyEllipsis::get(py).to_owned().into_any());
+    }
+    Ok(PyTuple::new(py, items)?.into_any())
+}
+
+/// A tensor opened by `safe_open.get_slice`, indexed lazily. Under torch,
+/// indexing is torch's own over a zero-copy view of the file (as
+/// safetensors' torch path does). Under numpy, the indexes safetensors
+/// refuses raise its `SafetensorError` with its message, and the rest is
+/// numpy's indexing over a zero-copy view: ints, slices, steps, tuples,
+/// Ellipsis give views, and selecting every dimension gives a 0-d array.
 #[pyclass(module = "weightmap", name = "SafeSlice")]
 struct SafeSlice {
-    tensor: Py<PyAny>,
-    shape: Vec<u64>,
-    dtype: String,
-    name: String,
+    source: Source,
+    desc: TensorDesc,
+    framework: Framework,
+    torch: Option<Py<PyModule>>,
 }
 
 #[pymethods]
 impl SafeSlice {
     /// The full tensor's shape (for a block-quantized GGUF tensor, its byte
-    /// shape, as gguf-py gives it).
+    /// shape, as gguf-py gives it; for F4, the element shape, as
+    /// safetensors gives it).
     fn get_shape(&self) -> Vec<u64> {
-        self.shape.clone()
+        if self.desc.bytes && self.desc.ty == TensorType::F4 {
+            // safetensors' get_shape is the header's (element) shape.
+            let mut s = self.desc.shape.clone();
+            if let Some(last) = s.last_mut() {
+                *last *= 2;
+            }
+            return s;
+        }
+        if self.desc.bytes && matches!(self.desc.ty, TensorType::F6_E2M3 | TensorType::F6_E3M2) {
+            let mut s = self.desc.shape.clone();
+            if let Some(last) = s.last_mut() {
+                *last = *last / 3 * 4;
+            }
+            return s;
+        }
+        self.desc.shape.clone()
     }
 
     /// The dtype: safetensors' string ("F32", "BF16", ...) or, for GGUF,
     /// the ggml type's name ("Q4_K", "F16", ...).
-    fn get_dtype(&self) -> &str {
-        &self.dtype
+    fn get_dtype(&self) -> String {
+        dtype_str(self.desc.ty)
     }
 
     fn __getitem__<'py>(
@@ -528,13 +926,29 @@ impl SafeSlice {
         py: Python<'py>,
         index: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.tensor.bind(py).get_item(index)
+        let full = make_tensor(
+            py,
+            &self.source,
+            self.framework,
+            self.torch.as_ref(),
+            &self.desc,
+        )?;
+        match self.framework {
+            Framework::Torch => full.get_item(index),
+            Framework::Numpy => {
+                let shape: Vec<u64> = full.getattr(intern!(py, "shape"))?.extract::<Vec<u64>>()?;
+                check_np_index(py, index, &shape)?;
+                full.get_item(with_ellipsis(index)?)
+            }
+        }
     }
 
     fn __repr__(&self) -> String {
         format!(
             "<weightmap.SafeSlice {:?} {} {:?}>",
-            self.name, self.dtype, self.shape
+            self.desc.name,
+            dtype_str(self.desc.ty),
+            self.get_shape()
         )
     }
 }

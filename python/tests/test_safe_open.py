@@ -95,6 +95,28 @@ INDICES = [
     (slice(5, 1),),
 ]
 
+# Indices safetensors refuses under numpy (out of range, too many, lists),
+# and ones it cannot parse (negative bounds and steps) that numpy takes.
+BAD_INDICES = [
+    6,
+    -7,
+    slice(0, 20),
+    (slice(None), slice(None, 8)),
+    (slice(2, None), 20),
+    (slice(None), -8),
+    (0, 0, 0),
+    (Ellipsis, Ellipsis),
+    [0, 1],
+    [],
+    slice(-3, None),
+    slice(None, None, -1),
+    slice(7, None),
+    slice(6, None),
+]
+# An empty range at the end of a dimension: safetensors refuses it (its
+# bound check has start >= size), weightmap gives numpy's empty selection.
+EMPTY_AT_END = [slice(6, None)]
+
 
 def _np_dtype(code):
     name = DTYPES[code]
@@ -195,24 +217,38 @@ def test_np_scalar_and_empty(every_dtype):
         assert f.get_slice("empty.f16")[:].shape == (0, 4)
 
 
-@pytest.mark.parametrize("index", INDICES, ids=repr)
+@pytest.mark.parametrize("index", INDICES + BAD_INDICES, ids=repr)
 def test_np_slices_against_safetensors(every_dtype, index):
     with weightmap.safe_open(every_dtype, "np") as f, st_safe_open(every_dtype, "np") as ref:
-        for k in ("t.f32", "t.i16", "t.bool", "t.f64"):
+        for k in ("t.f32", "t.i16", "t.bool", "t.f64", "vec.u8"):
             full = f.get_tensor(k)
-            got = f.get_slice(k)[index]
-            want_np = ref.get_tensor(k)[index]
-            assert got.shape == want_np.shape and got.dtype == want_np.dtype, k
-            assert np_bytes(got) == np_bytes(want_np), k
             try:
                 want = ref.get_slice(k)[index]
+            except safetensors.SafetensorError as e:
+                if index in EMPTY_AT_END:
+                    # The one deliberate difference: numpy's empty selection.
+                    got = f.get_slice(k)[index]
+                    assert got.size == 0 and got.shape == full[index].shape
+                    continue
+                # Refused by safetensors: by weightmap too, with its message.
+                with pytest.raises(weightmap.SafetensorError) as got:
+                    f.get_slice(k)[index]
+                assert str(got.value) == str(e), (k, index)
+                assert isinstance(got.value, safetensors.SafetensorError)
+                continue
             except Exception:
-                want = None  # safetensors refuses it; numpy's indexing is the oracle
+                want = None  # safetensors cannot parse it; numpy's indexing is the oracle
+            got = f.get_slice(k)[index]
+            want_np = ref.get_tensor(k)[index]
+            assert isinstance(got, np.ndarray), (k, index)  # 0-d, never a numpy scalar
+            assert got.shape == np.shape(want_np) and got.dtype == want_np.dtype, k
+            assert np_bytes(got) == np_bytes(want_np), k
             if want is not None:
+                assert isinstance(want, np.ndarray)
                 assert got.shape == want.shape, (k, index)
                 assert np_bytes(got) == np_bytes(want), (k, index)
             # A view of the mapping, not a copy, when numpy can view it.
-            if isinstance(got, np.ndarray) and got.size:
+            if got.size:
                 assert np.shares_memory(got, full), (k, index)
                 assert not got.flags.writeable
 
@@ -220,7 +256,10 @@ def test_np_slices_against_safetensors(every_dtype, index):
 def test_np_advanced_index_copies(every_dtype):
     with weightmap.safe_open(every_dtype, "np") as f:
         full = f.get_tensor("t.f32")
-        got = f.get_slice("t.f32")[[0, 2]]
+        # A list is refused, as safetensors refuses it; an index array is numpy's.
+        with pytest.raises(weightmap.SafetensorError, match="Non empty lists are not implemented"):
+            f.get_slice("t.f32")[[0, 2]]
+        got = f.get_slice("t.f32")[np.array([0, 2])]
         assert np.array_equal(got, full[[0, 2]])
         assert not np.shares_memory(got, full)
 
@@ -306,16 +345,24 @@ def test_bad_framework_device_and_name(every_dtype):
     with pytest.raises(ValueError, match="device"):
         weightmap.safe_open(every_dtype, "np", device=0)
     with weightmap.safe_open(every_dtype, "np", device="cpu") as f:
-        with pytest.raises(KeyError):
-            f.get_tensor("no.such")
-        with pytest.raises(KeyError):
-            f.get_slice("no.such")
-    with pytest.raises(FileNotFoundError):
-        weightmap.safe_open(every_dtype.parent / "nope.safetensors", "np")
+        # safetensors' error and message for a missing tensor.
+        for call in (f.get_tensor, f.get_slice):
+            with pytest.raises(weightmap.SafetensorError) as e:
+                call("no.such")
+            assert str(e.value) == "File does not contain tensor no.such"
+    missing = every_dtype.parent / "nope.safetensors"
+    with pytest.raises(FileNotFoundError) as e:
+        weightmap.safe_open(missing, "np")
+    assert str(e.value) == f"No such file or directory: {missing}"
     bad = every_dtype.parent / "bad.safetensors"
     bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all}")
-    with pytest.raises(weightmap.Error):
-        weightmap.safe_open(bad, "np")
+    for framework in ("np", "pt") if torch is not None else ("np",):
+        with pytest.raises(weightmap.SafetensorError) as e:
+            weightmap.safe_open(bad, framework)
+        assert isinstance(e.value, weightmap.Error) and e.value.kind == "invalid_file"
+        assert str(e.value).startswith("Error while deserializing header: ")
+        with pytest.raises(safetensors.SafetensorError):
+            st_safe_open(bad, framework)
 
 
 def _run(script, *args):

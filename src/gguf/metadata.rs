@@ -133,6 +133,27 @@ pub(crate) struct KvEntry {
     pub(crate) count: u64,
 }
 
+/// Where one key/value entry sits in the file, as [`Metadata::layout`] gives
+/// it. Offsets are from the start of the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvLayout<'a> {
+    /// The key.
+    pub key: &'a str,
+    /// Offset of the entry: its key's 8-byte length comes first, then the
+    /// key, then the 4-byte value type.
+    pub offset: u64,
+    /// The value's type.
+    pub value_type: ValueType,
+    /// The value's bytes: a scalar's bytes; a string's bytes (its 8-byte
+    /// length just before); an array's elements (its 4-byte element type
+    /// and 8-byte count just before; string elements length-prefixed).
+    pub value: Range<u64>,
+    /// An array's element type (`None` for anything else).
+    pub elem_type: Option<ValueType>,
+    /// An array's element count; a string's length in bytes; 1 for a scalar.
+    pub count: u64,
+}
+
 /// A string value: bytes from the file, checked as UTF-8 only when asked.
 ///
 /// ggml does not require metadata strings to be UTF-8, so neither does the
@@ -616,6 +637,20 @@ impl<'a> Metadata<'a> {
             })),
             t => Value::scalar(t, b),
         }
+    }
+
+    /// Where each entry sits in the file, in file order: for readers that
+    /// hand out views of the file's own bytes (gguf-py's `GGUFReader`
+    /// fields, say) without parsing the header again.
+    pub fn layout(&self) -> impl Iterator<Item = KvLayout<'a>> + '_ {
+        self.kvs.iter().map(move |e| KvLayout {
+            key: self.key_of(e),
+            offset: e.key_offset,
+            value_type: e.vtype,
+            value: e.value.start as u64..e.value.end as u64,
+            elem_type: (e.vtype == ValueType::Array).then_some(e.elem),
+            count: e.count,
+        })
     }
 
     /// Entries in file order.

@@ -21,7 +21,7 @@ mod write;
 
 pub use crate::error::GgmlRule;
 pub use ggml::{check_ggml, GgmlSummary};
-pub use metadata::{Array, ArrayElem, GgufStr, MetaInt, Metadata, Value, ValueType};
+pub use metadata::{Array, ArrayElem, GgufStr, KvLayout, MetaInt, Metadata, Value, ValueType};
 pub(crate) use parse::read_windowed;
 #[doc(hidden)]
 pub use parse::read_windowed_for_fuzzing;

@@ -6,8 +6,9 @@
 //! everywhere, also `m`/`dmin` where the block has a minimum, the packed f16
 //! scale of IQ1_M, and MXFP4's E8M0 exponent (0xFF, E8M0's NaN code, is
 //! rejected as ggml does). The quantized values themselves are small integers
-//! or code-book indices and cannot be NaN. Integer and bool tensors, and
-//! NVFP4 (whose UE4M3 scales decode to a finite value for every code), have
+//! or code-book indices and cannot be NaN. Integer and bool tensors, NVFP4
+//! (whose UE4M3 scales decode to a finite value for every code) and the
+//! sub-byte floats F4, F6_E2M3 and F6_E3M2 (no NaN or infinity codes) have
 //! nothing to check.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -113,7 +114,11 @@ fn plan(ty: TensorType) -> Plan {
         | T::U16
         | T::U32
         | T::U64
-        | T::Bool => Plan::Nothing,
+        | T::Bool
+        // OCP's 4- and 6-bit floats have no NaN or infinity codes.
+        | T::F4
+        | T::F6_E2M3
+        | T::F6_E3M2 => Plan::Nothing,
     }
 }
 

@@ -35,7 +35,9 @@
 //!
 //! Not covered, [`Error::NoDequantize`]: Q8_1 (ggml defines no
 //! dequantization for it: it exists only as the other operand of dot
-//! products) and C64 (a complex number is not one float).
+//! products), C64 (a complex number is not one float) and safetensors'
+//! sub-byte floats F4, F6_E2M3 and F6_E3M2 (their bytes can be viewed, not
+//! dequantized).
 //!
 //! # Data checks
 //! [`check_data`] and [`check_tensors`] find NaN and infinity the way
@@ -247,12 +249,13 @@ fn kernel(ty: TensorType) -> Option<Kernel> {
         T::F8_E4M3FNUZ => row::f8_e4m3fnuz,
         T::F8_E5M2FNUZ => row::f8_e5m2fnuz,
         T::F8_E8M0 => row::f8_e8m0,
-        T::Q8_1 | T::C64 => return None,
+        T::Q8_1 | T::C64 | T::F4 | T::F6_E2M3 | T::F6_E3M2 => return None,
     })
 }
 
 impl TensorType {
-    /// Whether [`dequantize`] handles this type: every type but Q8_1 and C64.
+    /// Whether [`dequantize`] handles this type: every type but Q8_1, C64
+    /// and safetensors' sub-byte floats (F4, F6_E2M3, F6_E3M2).
     pub fn has_dequantize(self) -> bool {
         kernel(self).is_some()
     }
@@ -285,7 +288,7 @@ fn element_count(ty: TensorType, nbytes: usize) -> Result<usize> {
 /// `bytes` may sit at any address. Multi-byte fields are read little-endian.
 ///
 /// # Errors
-/// - [`Error::NoDequantize`] if `ty` has none (Q8_1, C64).
+/// - [`Error::NoDequantize`] if `ty` has none (Q8_1, C64, F4, F6_E2M3, F6_E3M2).
 /// - [`Error::RaggedBlocks`] if `bytes` is not a whole number of blocks.
 /// - [`Error::OutputLength`] if `out.len()` is not the number of elements.
 pub fn dequantize(ty: TensorType, bytes: &[u8], out: &mut [f32]) -> Result<()> {

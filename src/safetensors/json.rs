@@ -889,6 +889,17 @@ fn check_parts(
         .iter()
         .try_fold(1u64, |acc, &d| acc.checked_mul(d))
         .ok_or_else(|| Error::size_overflow(name, "element count"))?;
+    if n_elements % ty.block_size() != 0 {
+        // A sub-byte dtype (F4, F6_*) whose elements do not fill whole bytes.
+        return Err(header_err(format!(
+            "tensor '{name}': dtype {:?} shape {:?} has {n_elements} elements, not a \
+             whole number of bytes ({} elements to {} bytes)",
+            e.dtype,
+            e.shape,
+            ty.block_size(),
+            ty.type_size()
+        )));
+    }
     let nbytes = ty
         .bytes_for(n_elements)
         .ok_or_else(|| Error::size_overflow(name, "byte size"))?;

@@ -20,8 +20,9 @@ pub(crate) fn header_err(detail: String) -> Error {
     Error::SafetensorsHeader { detail }
 }
 
-/// Map a safetensors dtype to weightmap's type. Sub-byte dtypes (and any the
-/// crate adds later) are not supported: weightmap views whole bytes.
+/// Map a safetensors dtype to weightmap's type. The sub-byte dtypes (F4,
+/// F6_E2M3, F6_E3M2) are types whose "blocks" are the fewest elements that
+/// fill whole bytes; a dtype the crate adds later is not supported.
 pub(crate) fn tensor_type(name: &str, dtype: Dtype) -> Result<TensorType> {
     Ok(match dtype {
         Dtype::F64 => TensorType::F64,
@@ -43,6 +44,9 @@ pub(crate) fn tensor_type(name: &str, dtype: Dtype) -> Result<TensorType> {
         Dtype::F8_E5M2FNUZ => TensorType::F8_E5M2FNUZ,
         Dtype::F8_E8M0 => TensorType::F8_E8M0,
         Dtype::C64 => TensorType::C64,
+        Dtype::F4 => TensorType::F4,
+        Dtype::F6_E2M3 => TensorType::F6_E2M3,
+        Dtype::F6_E3M2 => TensorType::F6_E3M2,
         other => {
             return Err(header_err(format!(
                 "tensor '{name}': dtype {other:?} ({} bits per element) is not supported: \

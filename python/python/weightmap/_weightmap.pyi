@@ -74,7 +74,8 @@ class SafeSlice:
     a view where it can view the selection, a copy where it cannot."""
 
     def get_shape(self) -> List[int]:
-        """The full tensor's shape (a block-quantized GGUF tensor's byte shape)."""
+        """The full tensor's shape (a block-quantized GGUF tensor's byte shape;
+        safetensors' element shape for F4 and F6)."""
     def get_dtype(self) -> str:
         """safetensors' dtype string ("F32", "BF16", "F8_E4M3", ...); for
         GGUF, the ggml type's name ("Q4_K", "F16", ...)."""
@@ -93,6 +94,7 @@ class safe_open:
         filename: Union[str, "os.PathLike[str]"],
         framework: Framework,
         device: Any = "cpu",
+        backend: Literal["mmap", "pread"] = "mmap",
     ) -> None: ...
     def keys(self) -> List[str]:
         """Tensor names, sorted (as safetensors)."""
@@ -103,7 +105,7 @@ class safe_open:
         GGUF: every key/value of the (first) file as Python values."""
     def get_tensor(self, name: str) -> Any:
         """A read-only numpy array ("np") or a CPU torch.Tensor ("pt"),
-        zero-copy. KeyError if absent."""
+        zero-copy with backend "mmap". weightmap.SafetensorError if absent."""
     def get_tensors(self) -> Dict[str, Any]:
         """Every tensor by name, in file order."""
     def get_slice(self, name: str) -> SafeSlice: ...

@@ -1,0 +1,323 @@
+"""gguf-py's reader and dequantizer, from weightmap.
+
+- ``GGUFReader(path)`` answers as gguf-py 0.19's ``gguf.GGUFReader``:
+  ``fields`` (``ReaderField``: ``offset``, ``name``, ``parts``, ``data``,
+  ``types``, ``contents()``), ``tensors`` (``ReaderTensor``: ``name``,
+  ``tensor_type``, ``shape``, ``n_elements``, ``n_bytes``, ``data_offset``,
+  ``data``, ``field``), ``get_field``, ``get_tensor``, ``alignment``,
+  ``data_offset``, ``byte_order``, ``endianess``, ``data`` (the file as a
+  read-only ``numpy.memmap``). Where each key/value and tensor is comes from
+  weightmap's validated header, read once in Rust; each field's parts are
+  built the first time the field is asked for, so a 262,144-token
+  vocabulary costs nothing until it is read. Parts and tensor data are
+  zero-copy views of the mapped file, with gguf-py's dtypes and shapes
+  (plain ``numpy.ndarray`` views of ``data``, where gguf-py's are
+  ``numpy.memmap`` slices).
+- ``dequantize(data, qtype)`` answers as ``gguf.quants.dequantize`` does,
+  with weightmap's kernels (bit for bit ggml's) for the quantized types.
+- ``patch()`` puts both in gguf-py's place (``gguf.GGUFReader``,
+  ``gguf.gguf_reader.GGUFReader``, ``gguf.dequantize``,
+  ``gguf.quants.dequantize``) for code that imports gguf itself
+  (transformers' ``from_pretrained(gguf_file=...)``, gguf-py's scripts);
+  ``unpatch()`` puts gguf-py's back.
+
+This module needs the ``gguf`` package (gguf-py) for the types it answers
+with (``GGUFValueType``, ``GGMLQuantizationType``, ``ReaderField``,
+``ReaderTensor``). Only little-endian files (all weightmap reads) are
+supported. The file must not be modified or truncated while the reader or
+an array from it lives.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+
+import numpy as np
+
+import gguf as _gguf
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFEndian, GGUFValueType
+from gguf.gguf_reader import ReaderField, ReaderTensor
+from gguf.quants import quant_shape_from_byte_shape, quant_shape_to_byte_shape
+
+from ._weightmap import _dequantize, _GgufLayout
+
+__all__ = ["GGUFReader", "ReaderField", "ReaderTensor", "dequantize", "patch", "unpatch"]
+
+# gguf-py's numpy type for each scalar value type (GGUFReader.gguf_scalar_to_np).
+_SCALAR_NP = {
+    GGUFValueType.UINT8: np.uint8,
+    GGUFValueType.INT8: np.int8,
+    GGUFValueType.UINT16: np.uint16,
+    GGUFValueType.INT16: np.int16,
+    GGUFValueType.UINT32: np.uint32,
+    GGUFValueType.INT32: np.int32,
+    GGUFValueType.FLOAT32: np.float32,
+    GGUFValueType.UINT64: np.uint64,
+    GGUFValueType.INT64: np.int64,
+    GGUFValueType.FLOAT64: np.float64,
+    GGUFValueType.BOOL: np.bool_,
+}
+
+# The tensor types gguf-py's reader gives as elements (the rest as bytes).
+_ELEMENT_NP = {
+    GGMLQuantizationType.F16: np.float16,
+    GGMLQuantizationType.F32: np.float32,
+    GGMLQuantizationType.F64: np.float64,
+    GGMLQuantizationType.I8: np.int8,
+    GGMLQuantizationType.I16: np.int16,
+    GGMLQuantizationType.I32: np.int32,
+    GGMLQuantizationType.I64: np.int64,
+}
+
+
+class _LazyFields(Mapping):
+    """``GGUFReader.fields``: key -> ``ReaderField`` in file order, each
+    built the first time it is read."""
+
+    def __init__(self, reader: "GGUFReader", specs: Dict[str, Any]):
+        self._reader = reader
+        self._specs = specs  # key -> what _build_field needs
+        self._built: Dict[str, ReaderField] = {}
+
+    def __getitem__(self, key: str) -> ReaderField:
+        f = self._built.get(key)
+        if f is None:
+            spec = self._specs[key]  # KeyError for an absent key, as a dict
+            f = self._reader._build_field(key, spec)
+            self._built[key] = f
+        return f
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._specs)
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._specs
+
+    def __repr__(self) -> str:
+        return f"<weightmap.gguf fields: {len(self)} keys, {len(self._built)} built>"
+
+
+class GGUFReader:
+    """gguf-py 0.19's ``GGUFReader``, from weightmap's validated header: see
+    the module's docstring. ``mode`` is numpy.memmap's, as for gguf-py
+    (``"r"``, the default: read-only views)."""
+
+    byte_order = "I"
+    alignment: int = 32
+    data_offset: int
+    gguf_scalar_to_np = _SCALAR_NP
+
+    def __init__(self, path: Union[os.PathLike, str], mode: str = "r"):
+        layout = _GgufLayout(path)
+        self._layout = layout
+        self.data = np.memmap(path, mode=mode)
+        # Parts and tensors are plain ndarray views of the memmap: slicing
+        # the np.memmap subclass costs ten times as much (__array_finalize__).
+        self._buf = self.data.view(np.ndarray)
+        self.endianess = GGUFEndian.LITTLE
+        data = self.data
+        specs: Dict[str, Any] = {}
+        # gguf-py's first three fields: the version and the two counts.
+        specs["GGUF.version"] = ("header", 4, np.uint32)
+        specs["GGUF.tensor_count"] = ("header", 8, np.uint64)
+        specs["GGUF.kv_count"] = ("header", 16, np.uint64)
+        end = 24
+        for key, offset, vtype, vstart, vend, elem, count in layout.kvs():
+            if key in specs:
+                raise KeyError(f"Duplicate {key} already in list at offset {offset}")
+            specs[key] = ("kv", offset, vtype, vstart, vend, elem, count)
+            end = vend
+        self.fields = _LazyFields(self, specs)
+        align = specs.get("general.alignment")
+        if align is not None:
+            f = self.fields["general.alignment"]
+            if f.types != [GGUFValueType.UINT32]:
+                raise ValueError("Bad type for general.alignment field")
+            self.alignment = f.parts[-1][0]
+        self.data_offset = int(layout.data_offset)
+        # Tensor descriptors follow the key/values, one after another.
+        tensors: List[ReaderTensor] = []
+        offs = end
+        for name, ggml_type, rel_offset, _nbytes in layout.tensors():
+            field = self._tensor_field(offs)
+            offs += sum(int(p.nbytes) for p in field.parts)
+            _name_len, name_data, _n_dims, dims, raw_dtype, offset_tensor = field.parts
+            if field.name != name or int(raw_dtype[0]) != ggml_type or int(offset_tensor[0]) != rel_offset:
+                raise ValueError(f"tensor {name!r}: the descriptor does not match weightmap's header")
+            tensors.append(self._tensor(field))
+        self.tensors = tensors
+
+    # Fetch a key/value metadata field by key.
+    def get_field(self, key: str) -> Optional[ReaderField]:
+        """The field ``key``, or ``None``."""
+        return self.fields.get(key, None)
+
+    # Fetch a tensor from the list by index.
+    def get_tensor(self, idx: int) -> ReaderTensor:
+        """The tensor at index ``idx`` (file order)."""
+        return self.tensors[idx]
+
+    def _get(self, offset: int, dtype: Any, count: int = 1) -> np.ndarray:
+        """``count`` items of ``dtype`` at ``offset``: a view of the file."""
+        count = int(count)
+        itemsize = np.dtype(dtype).itemsize
+        arr = self._buf[offset : offset + itemsize * count].view(dtype=dtype)[:count]
+        return arr.view(arr.dtype.newbyteorder(self.byte_order))
+
+    def _build_field(self, key: str, spec: Tuple) -> ReaderField:
+        if spec[0] == "header":
+            _, offset, dtype = spec
+            return ReaderField(offset, key, [self._get(offset, dtype)], [0], [
+                GGUFValueType.UINT32 if dtype is np.uint32 else GGUFValueType.UINT64
+            ])
+        _, offset, vtype, vstart, vend, elem, count = spec
+        klen = self._get(offset, np.uint64)
+        kdata = self._get(offset + 8, np.uint8, klen[0])
+        raw_type = self._get(offset + 8 + int(klen[0]), np.uint32)
+        parts: List[np.ndarray] = [klen, kdata, raw_type]
+        gtype = GGUFValueType(vtype)
+        types = [gtype]
+        if gtype == GGUFValueType.STRING:
+            parts += [self._get(vstart - 8, np.uint64), self._get(vstart, np.uint8, vend - vstart)]
+            return ReaderField(offset, key, parts, [4], types)
+        if gtype != GGUFValueType.ARRAY:
+            parts.append(self._get(vstart, _SCALAR_NP[gtype]))
+            return ReaderField(offset, key, parts, [3], types)
+        etype = GGUFValueType(elem)
+        parts += [self._get(vstart - 12, np.uint32), self._get(vstart - 8, np.uint64)]
+        if count:
+            types.append(etype)
+        first = len(parts)
+        if etype == GGUFValueType.STRING:
+            offs = self._layout.string_offsets(key)
+            buf = self._buf
+            u64 = np.dtype(np.uint64)
+            lens = [buf[o : o + 8].view(u64) for o in offs.tolist()]
+            starts = (offs + 8).tolist()
+            ends = (offs + 8 + np.array([n[0] for n in lens], dtype=np.uint64)).tolist() if count else []
+            for n, a, b in zip(lens, starts, ends):
+                parts.append(n)
+                parts.append(buf[a:b])
+            idxs = list(range(first + 1, first + 2 * count, 2))
+        else:
+            items = self._get(vstart, _SCALAR_NP[etype], count)
+            # One 1-element view per element, as gguf-py gives them.
+            parts += list(items.reshape(count, 1))
+            idxs = list(range(first, first + count))
+        return ReaderField(offset, key, parts, idxs, types)
+
+    def _tensor_field(self, offs: int) -> ReaderField:
+        name_len = self._get(offs, np.uint64)
+        name_data = self._get(offs + 8, np.uint8, name_len[0])
+        o = offs + 8 + int(name_len[0])
+        n_dims = self._get(o, np.uint32)
+        dims = self._get(o + 4, np.uint64, n_dims[0])
+        o += 4 + int(dims.nbytes)
+        raw_dtype = self._get(o, np.uint32)
+        offset_tensor = self._get(o + 4, np.uint64)
+        return ReaderField(
+            offs,
+            str(bytes(name_data), encoding="utf-8"),
+            [name_len, name_data, n_dims, dims, raw_dtype, offset_tensor],
+            [1, 3, 4, 5],
+        )
+
+    def _tensor(self, field: ReaderField) -> ReaderTensor:
+        _name_len, _name_data, _n_dims, dims, raw_dtype, offset_tensor = field.parts
+        ggml_type = GGMLQuantizationType(raw_dtype[0])
+        n_elems = int(np.prod(dims))
+        np_dims = tuple(reversed(dims.tolist()))
+        block_size, type_size = GGML_QUANT_SIZES[ggml_type]
+        n_bytes = n_elems * type_size // block_size
+        data_offs = int(self.data_offset + offset_tensor[0])
+        item_type = _ELEMENT_NP.get(ggml_type)
+        if item_type is not None:
+            item_count = n_elems
+        else:
+            item_count = n_bytes
+            item_type = np.uint8
+            np_dims = quant_shape_to_byte_shape(np_dims, ggml_type)
+        return ReaderTensor(
+            name=field.name,
+            tensor_type=ggml_type,
+            shape=dims,
+            n_elements=n_elems,
+            n_bytes=n_bytes,
+            data_offset=data_offs,
+            data=self._get(data_offs, item_type, item_count).reshape(np_dims),
+            field=field,
+        )
+
+
+# The quantized types gguf-py 0.19's dequantize handles (besides F32, F16).
+_GGUF_PY_DEQUANT = frozenset(
+    GGMLQuantizationType[n]
+    for n in (
+        "BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K TQ1_0 TQ2_0 MXFP4 NVFP4 "
+        "IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S IQ1_S IQ1_M IQ4_NL IQ4_XS"
+    ).split()
+    if n in GGMLQuantizationType.__members__
+)
+
+
+def dequantize(data: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
+    """As ``gguf.quants.dequantize``: F32 as a float32 view, F16 converted,
+    the quantized types gguf-py handles (rows of bytes, ``[..., bytes per
+    row]``) dequantized by weightmap's kernels into float32 of shape
+    ``[..., elements per row]``; any other type is ``NotImplementedError``."""
+    if qtype == GGMLQuantizationType.F32:
+        return data.view(np.float32)
+    if qtype == GGMLQuantizationType.F16:
+        return data.view(np.float16).astype(np.float32)
+    qtype = GGMLQuantizationType(qtype)
+    if qtype not in _GGUF_PY_DEQUANT:
+        raise NotImplementedError(f"Dequantization for {qtype.name} is not yet implemented")
+    shape = quant_shape_from_byte_shape(data.shape, qtype)
+    return _dequantize(data, int(qtype)).reshape(shape)
+
+
+_saved: Optional[Dict[str, Any]] = None
+
+
+def patch() -> None:
+    """Put ``GGUFReader`` and ``dequantize`` in gguf-py's place:
+    ``gguf.GGUFReader``, ``gguf.gguf_reader.GGUFReader``,
+    ``gguf.dequantize`` and ``gguf.quants.dequantize``. Code that looks them
+    up after this (``from gguf import GGUFReader`` at call time, as
+    transformers does) gets weightmap's. Calling it twice is harmless."""
+    global _saved
+    import gguf.gguf_reader
+    import gguf.quants
+
+    if _saved is not None:
+        return
+    _saved = {
+        "GGUFReader": _gguf.GGUFReader,
+        "gguf_reader.GGUFReader": gguf.gguf_reader.GGUFReader,
+        "dequantize": _gguf.dequantize,
+        "quants.dequantize": gguf.quants.dequantize,
+    }
+    _gguf.GGUFReader = GGUFReader
+    gguf.gguf_reader.GGUFReader = GGUFReader
+    _gguf.dequantize = dequantize
+    gguf.quants.dequantize = dequantize
+
+
+def unpatch() -> None:
+    """Undo ``patch()``: gguf-py's own reader and dequantizer again."""
+    global _saved
+    import gguf.gguf_reader
+    import gguf.quants
+
+    if _saved is None:
+        return
+    _gguf.GGUFReader = _saved["GGUFReader"]
+    gguf.gguf_reader.GGUFReader = _saved["gguf_reader.GGUFReader"]
+    _gguf.dequantize = _saved["dequantize"]
+    gguf.quants.dequantize = _saved["quants.dequantize"]
+    _saved = None
