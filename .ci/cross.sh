@@ -86,6 +86,12 @@ export CARGO_TARGET_DIR=$root/target/cross
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64-static -L /usr/aarch64-linux-gnu"
 export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu
+# The guest's loader searches /lib/aarch64-linux-gnu before the sysroot's
+# lib, and qemu finds that path on the host when the sysroot lacks it: where
+# Debian's arm64 libc is installed too (multiarch, as .ci/wheels.sh does for
+# its arm64 CPython), the sysroot's ld.so would load that other libc, and
+# the first thread a program starts hangs. The sysroot's libraries first.
+export QEMU_SET_ENV=LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib
 export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER=x86_64-w64-mingw32-gcc
 export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=$root/.ci/wine/run.sh
 export WINEPREFIX=$root/target/wine-prefix

@@ -168,6 +168,7 @@ def test_dequantize_against_gguf_py(path):
 
 def test_patch_and_unpatch(vocab_file):
     orig = (gguf.GGUFReader, gguf.gguf_reader.GGUFReader, gguf.dequantize, gguf.quants.dequantize)
+    name_map = gguf.get_tensor_name_map
     wg.patch()
     try:
         wg.patch()  # twice is harmless
@@ -177,9 +178,19 @@ def test_patch_and_unpatch(vocab_file):
         assert dequantize is wg.dequantize and gguf.quants.dequantize is wg.dequantize
         r = gguf.GGUFReader(vocab_file)
         assert isinstance(r, wg.GGUFReader)
+        # The name map is built once per architecture and block count, and
+        # is the map gguf-py builds.
+        arch = gguf.MODEL_ARCH.LLAMA
+        m = gguf.get_tensor_name_map(arch, 4)
+        assert gguf.get_tensor_name_map(arch, 4) is m
+        assert gguf.get_tensor_name_map(arch, 5) is not m
+        fresh = name_map(arch, 4)
+        assert m.mapping == fresh.mapping
     finally:
         wg.unpatch()
     assert (gguf.GGUFReader, gguf.gguf_reader.GGUFReader, gguf.dequantize, gguf.quants.dequantize) == orig
+    assert gguf.get_tensor_name_map is name_map
+    assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 4) is not m
     wg.unpatch()  # twice is harmless
     assert gguf.GGUFReader is orig[0]
 

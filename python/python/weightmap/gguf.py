@@ -289,10 +289,20 @@ def patch() -> None:
     ``gguf.GGUFReader``, ``gguf.gguf_reader.GGUFReader``,
     ``gguf.dequantize`` and ``gguf.quants.dequantize``. Code that looks them
     up after this (``from gguf import GGUFReader`` at call time, as
-    transformers does) gets weightmap's. Calling it twice is harmless."""
+    transformers does) gets weightmap's. Calling it twice is harmless.
+
+    ``gguf.get_tensor_name_map`` is also made to build its map once per
+    architecture and block count: transformers asks for it once per
+    parameter it loads (313 times for gemma-3-270m), and gguf-py builds a
+    new ``TensorNameMap`` each time, which is about a quarter of a patched
+    ``from_pretrained``. The map is only read by its callers; one that
+    changes it would change it for the next caller too."""
     global _saved
+    import functools
+
     import gguf.gguf_reader
     import gguf.quants
+    import gguf.tensor_mapping
 
     if _saved is not None:
         return
@@ -301,11 +311,16 @@ def patch() -> None:
         "gguf_reader.GGUFReader": gguf.gguf_reader.GGUFReader,
         "dequantize": _gguf.dequantize,
         "quants.dequantize": gguf.quants.dequantize,
+        "get_tensor_name_map": _gguf.get_tensor_name_map,
+        "tensor_mapping.get_tensor_name_map": gguf.tensor_mapping.get_tensor_name_map,
     }
     _gguf.GGUFReader = GGUFReader
     gguf.gguf_reader.GGUFReader = GGUFReader
     _gguf.dequantize = dequantize
     gguf.quants.dequantize = dequantize
+    name_map = functools.lru_cache(maxsize=None)(_saved["get_tensor_name_map"])
+    _gguf.get_tensor_name_map = name_map
+    gguf.tensor_mapping.get_tensor_name_map = name_map
 
 
 def unpatch() -> None:
@@ -320,4 +335,6 @@ def unpatch() -> None:
     gguf.gguf_reader.GGUFReader = _saved["gguf_reader.GGUFReader"]
     _gguf.dequantize = _saved["dequantize"]
     gguf.quants.dequantize = _saved["quants.dequantize"]
+    _gguf.get_tensor_name_map = _saved["get_tensor_name_map"]
+    gguf.tensor_mapping.get_tensor_name_map = _saved["tensor_mapping.get_tensor_name_map"]
     _saved = None
