@@ -106,7 +106,7 @@ sdist_builds() {
 step "the sdist builds with cargo (pip wheel weightmap-$version.tar.gz)" sdist_builds
 
 # -- 3. the x86-64 wheel on every CPython ------------------------------------
-# Interpreters: pyenv's versions, then python3.X on PATH; one per minor.
+# Interpreters: pyenv's versions, then python3.X on PATH; the first found per minor.
 declare -A by_minor=()
 candidates=()
 if command -v pyenv >/dev/null 2>&1; then
@@ -114,6 +114,10 @@ if command -v pyenv >/dev/null 2>&1; then
     candidates+=("$(pyenv root)/versions/$v/bin/python")
   done
 fi
+# pyenv's versions even when pyenv is not on PATH.
+for c in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/*/bin/python; do
+  candidates+=("$c")
+done
 for m in $REQUIRED_MINORS; do
   c=$(command -v "python3.$m" 2>/dev/null) && candidates+=("$c")
 done
