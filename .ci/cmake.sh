@@ -62,7 +62,8 @@ tools() {
   pkg-config --version
 }
 
-version=$(sed -n 's/^version = "\([0-9.]*\)"$/\1/p' capi/Cargo.toml | head -1)
+# capi inherits the workspace's version (the root Cargo.toml's one version line).
+version=$(sed -n 's/^version = "\([0-9.]*\)"$/\1/p' Cargo.toml | head -1)
 minor=$(echo "$version" | cut -d. -f2)
 [ "$(echo "$version" | cut -d. -f1)" = 0 ] && [ "$minor" -gt 0 ] \
   || fail "the checks below name 0.MINOR SONAMEs; capi is at $version"
