@@ -38,12 +38,9 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 FILE="${1:-/work/bench/gemma.gguf}"
 WM="${2:-$ROOT/target/release/weightmap}"
 ROUNDS="${3:-5}"
-SDIR="${WM_GGML_WORK:-$ROOT/target/ggml-proof}/sdist"   # shared with the ggml proof
 WORK="$ROOT/target/decode-bench"
-VERSION=0.3.36
-SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
-SDIST="$SDIR/llama_cpp_python-$VERSION.tar.gz"
-LLAMA="$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp"
+# shellcheck source=benches/decode/llama-sources.sh
+. "$ROOT/benches/decode/llama-sources.sh"
 BUILD="$WORK/llama-build"
 BENCH="$BUILD/bin/llama-bench"
 FOLIOS="${WM_FOLIOS:-$ROOT/benches/folios.py}"
@@ -56,20 +53,7 @@ for tool in cmake cc c++ python3; do
   command -v "$tool" >/dev/null || { echo "llama_bench.sh: $tool is missing" >&2; exit 1; }
 done
 
-# The pinned sources, fetched as capi/tests/ggml/run.sh fetches them.
-if [ ! -f "$LLAMA/CMakeLists.txt" ]; then
-  mkdir -p "$SDIR" "$WORK"
-  if [ ! -f "$SDIST" ] || ! echo "$SHA256  $SDIST" | sha256sum -c --quiet - 2>/dev/null; then
-    rm -f "$SDIST"
-    # --no-binary for this package only: the same sdist, without building
-    # pip's build requirements (cmake, ninja) from source for its metadata.
-    run python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python \
-      "llama-cpp-python==$VERSION" -d "$SDIR"
-  fi
-  echo "$SHA256  $SDIST" | sha256sum -c --quiet - \
-    || { echo "$SDIST does not have the pinned sha256" >&2; exit 1; }
-  run tar -xzf "$SDIST" -C "$WORK" "llama_cpp_python-$VERSION/vendor/llama.cpp"
-fi
+fetch_llama_sources
 
 if [ ! -x "$BENCH" ]; then
   start=$(date +%s)
@@ -119,7 +103,7 @@ fi
 RES="$WORK/llama-bench.$$.tsv"
 : >"$RES"
 cases=(wm:mmap wm:none cat:mmap cat:none)
-echo "llama-bench (vendor/llama.cpp of llama-cpp-python $VERSION): $SRCFILE (as its copy $FILE), $ROUNDS rounds"
+echo "llama-bench (vendor/llama.cpp of llama-cpp-python $LLAMA_CPP_PYTHON_VERSION): $SRCFILE (as its copy $FILE), $ROUNDS rounds"
 echo "weightmap: $WM ($(git -C "$ROOT" rev-parse --short HEAD) on $(git -C "$ROOT" rev-parse --abbrev-ref HEAD)); load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 0; r < ROUNDS; r++)); do
   for ((k = 0; k < ${#cases[@]}; k++)); do

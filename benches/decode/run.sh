@@ -23,12 +23,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 FILE=/work/bench/gemma.gguf
 if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then FILE="$1"; shift; fi
-SDIR="${WM_GGML_WORK:-$ROOT/target/ggml-proof}/sdist"   # shared with the ggml proof
 WORK="$ROOT/target/decode-bench"
-VERSION=0.3.36
-SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
-SDIST="$SDIR/llama_cpp_python-$VERSION.tar.gz"
-SRC="$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp/ggml"
+# shellcheck source=benches/decode/llama-sources.sh
+. "$ROOT/benches/decode/llama-sources.sh"
+SRC="$LLAMA/ggml"
 FOLIOS="${WM_FOLIOS:-$ROOT/benches/folios.py}"
 WORKDIR="${WM_DECODE_WORKDIR:-$WORK/copies}"
 
@@ -39,19 +37,7 @@ for tool in cmake cc c++ cargo python3; do
   command -v "$tool" >/dev/null || { echo "decode bench: $tool is missing" >&2; exit 1; }
 done
 
-if [ ! -f "$SRC/CMakeLists.txt" ]; then
-  mkdir -p "$SDIR" "$WORK"
-  if [ ! -f "$SDIST" ] || ! echo "$SHA256  $SDIST" | sha256sum -c --quiet - 2>/dev/null; then
-    rm -f "$SDIST"
-    # --no-binary for this package only: the same sdist, without building
-    # pip's build requirements (cmake, ninja) from source for its metadata.
-    run python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python \
-      "llama-cpp-python==$VERSION" -d "$SDIR"
-  fi
-  echo "$SHA256  $SDIST" | sha256sum -c --quiet - \
-    || { echo "$SDIST does not have the pinned sha256" >&2; exit 1; }
-  run tar -xzf "$SDIST" -C "$WORK" "llama_cpp_python-$VERSION/vendor/llama.cpp"
-fi
+fetch_llama_sources
 
 mkdir -p "$WORKDIR"
 if [ "$(stat -f -c %T "$WORKDIR")" != "$(stat -f -c %T "$FILE")" ]; then

@@ -564,28 +564,19 @@ impl SafeOpen {
             })?),
         };
         let model = match (framework, backend) {
-            (_, Backend::Pread) => {
+            (Framework::Numpy, Backend::Mmap) | (_, Backend::Pread) => {
                 let p = filename.clone();
-                let loaded = py.allow_threads(move || {
-                    wm::Weights::load_streamed(&p, &LoadOptions::default().mode(LoadMode::Stream))
-                });
-                let weights = loaded.map_err(|e| open_err(py, &filename, e))?;
-                Model::Loaded(Py::new(
-                    py,
-                    Owner {
-                        weights: Arc::new(weights),
-                    },
-                )?)
-            }
-            (Framework::Numpy, Backend::Mmap) => {
-                let p = filename.clone();
-                let loaded = py.allow_threads(move || {
+                let loaded = py.allow_threads(move || match backend {
+                    Backend::Pread => wm::Weights::load_streamed(
+                        &p,
+                        &LoadOptions::default().mode(LoadMode::Stream),
+                    ),
                     // SAFETY: `Weights::load` requires that the files are not
                     // modified or truncated while the weights (and every view
                     // of them) live. The contract is passed on to the Python
                     // user, as for `weightmap.open`: it is stated in
                     // `safe_open`'s docstring and python/README.md.
-                    unsafe { wm::Weights::load(&p, &LoadOptions::default()) }
+                    Backend::Mmap => unsafe { wm::Weights::load(&p, &LoadOptions::default()) },
                 });
                 let weights = loaded.map_err(|e| open_err(py, &filename, e))?;
                 Model::Loaded(Py::new(
