@@ -20,6 +20,8 @@
 //!   so both renames leave the same bytes.
 //! * **Reuse.** Only if the sidecar exists and the file's sha256 matches it;
 //!   anything else (missing, truncated, corrupted) is regenerated.
+//! * **Page cache.** A model just generated is dropped from the page cache,
+//!   so that the bench reads it as it would a stored model.
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -95,6 +97,13 @@ fn cached_model(spec: &GenSpec, dir: &Path) -> CliResult<PathBuf> {
             return Err(e);
         }
     }
+    // The generator's writes leave the page cache in folios the size of
+    // its write calls, mostly base pages, where a model read from storage
+    // lands in large folios that map as huge pages (ARCHITECTURE.md, "Huge
+    // pages for the weights"). Drop them, so that bench's warm-up read
+    // fills the cache as reading a stored model does. Where the platform
+    // cannot drop a file's pages, the runs find the generator's.
+    let _ = weightmap::evict(&path);
     Ok(path)
 }
 
