@@ -51,8 +51,11 @@ Without FILE, a default synthetic model (512 MiB of tensors, 300 tensors,
 262,144-token vocabulary, mixed f32/f16/q8_0/q4_K/q6_K) is generated once
 into $WEIGHTMAP_CACHE, or target/weightmap-cache/ under the current directory
 if it is writable, or weightmap-cache/ in the system temporary directory, and
-reused while its size matches. --format safetensors generates the safetensors
-variant instead.
+reused while its sha256 matches the one recorded when it was written. A model
+just generated is dropped from the page cache where the platform allows, so
+that the warm-up read fills the cache as it would for a stored model (the
+generator's writes leave small folios). --format safetensors generates the
+safetensors variant instead.
 
 The file must not be modified while bench runs.";
 
