@@ -173,12 +173,19 @@ win_skip=(--skip header_is_current)
 # (ERROR_INTERNAL_ERROR) from Command::output. None of weightmap's code ran
 # in that process. That failure, and no other, gets the package's tests run
 # once more; the log keeps the first run.
+#
+# The first run's output goes to a file, not through a pipe to tee: the
+# wineserver and the Wine services (winedevice.exe) that start while the
+# tests run inherit their stdout and outlive them, so a reader of a pipe
+# would wait for them forever.
 win_test() {
-  local pkg=$1 log=$CARGO_TARGET_DIR/wine-test-$1.log
+  local pkg=$1 log=$CARGO_TARGET_DIR/wine-test-$1.log rc=0
   shift
   local cmd=(env -u WM_REQUIRE_CC "$cargo" test --locked -Zbuild-std --target $win -p "$pkg" --no-fail-fast "$@")
-  if "${cmd[@]}" 2>&1 | tee "$log"; then return 0; fi
-  grep -q 'code: 1359, kind: Uncategorized' "$log" || return 1
+  "${cmd[@]}" >"$log" 2>&1 || rc=$?
+  cat "$log"
+  [ "$rc" -ne 0 ] || return 0
+  grep -q 'code: 1359, kind: Uncategorized' "$log" || return "$rc"
   echo "-- Wine failed to start a process (ERROR_INTERNAL_ERROR, above): the tests of $pkg once more"
   "${cmd[@]}"
 }
