@@ -39,8 +39,8 @@ FILE="${1:-/work/bench/gemma.gguf}"
 WM="${2:-$ROOT/target/release/weightmap}"
 ROUNDS="${3:-5}"
 WORK="$ROOT/target/decode-bench"
-# shellcheck source=benches/decode/llama-sources.sh
-. "$ROOT/benches/decode/llama-sources.sh"
+# shellcheck source=capi/tests/ggml/llama-sources.sh
+. "$ROOT/capi/tests/ggml/llama-sources.sh"
 BUILD="$WORK/llama-build"
 BENCH="$BUILD/bin/llama-bench"
 FOLIOS="${WM_FOLIOS:-$ROOT/benches/folios.py}"

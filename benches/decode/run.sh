@@ -24,8 +24,8 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 FILE=/work/bench/gemma.gguf
 if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then FILE="$1"; shift; fi
 WORK="$ROOT/target/decode-bench"
-# shellcheck source=benches/decode/llama-sources.sh
-. "$ROOT/benches/decode/llama-sources.sh"
+# shellcheck source=capi/tests/ggml/llama-sources.sh
+. "$ROOT/capi/tests/ggml/llama-sources.sh"
 SRC="$LLAMA/ggml"
 FOLIOS="${WM_FOLIOS:-$ROOT/benches/folios.py}"
 WORKDIR="${WM_DECODE_WORKDIR:-$WORK/copies}"

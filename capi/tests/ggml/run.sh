@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The ggml proof: build upstream ggml from the llama.cpp sources
-# vendored in the PyPI sdist of llama-cpp-python (pinned below, checked by
+# The ggml proof: build upstream ggml from the llama.cpp sources vendored in
+# the PyPI sdist of llama-cpp-python (pinned in llama-sources.sh, checked by
 # sha256), and run proof.c: ggml computes mul_mat and get_rows on tensors
 # placed by weightmap's C ABI (mmap, stream and hybrid loads) and on tensors
 # from ggml's own gguf loader, and the results must be bit-identical.
@@ -15,37 +15,23 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../../.." && pwd)"
 WORK="${WM_GGML_WORK:-$ROOT/target/ggml-proof}"
-VERSION=0.3.36
-SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
-SDIST="$WORK/sdist/llama_cpp_python-$VERSION.tar.gz"
-SRC="$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp/ggml"
+# shellcheck source=capi/tests/ggml/llama-sources.sh
+. "$ROOT/capi/tests/ggml/llama-sources.sh"
+VERSION=$LLAMA_CPP_PYTHON_VERSION
+SRC="$LLAMA/ggml"
 mkdir -p "$WORK"
 
 for tool in cmake cc c++ cargo; do
   command -v "$tool" >/dev/null || { echo "ggml proof: $tool is missing" >&2; exit 1; }
 done
 
-if [ ! -f "$SRC/CMakeLists.txt" ]; then
-  if [ ! -f "$SDIST" ] || ! echo "$SHA256  $SDIST" | sha256sum -c --quiet - 2>/dev/null; then
-    rm -f "$SDIST"
-    PIP=(python3 -m pip)
-    if ! "${PIP[@]}" --version >/dev/null 2>&1; then
-      echo "SKIPPED: ggml proof: no pip to download llama-cpp-python==$VERSION"
-      exit 0
-    fi
-    echo "== ggml proof: pip download llama-cpp-python==$VERSION (sdist)"
-    # --no-binary for this package only: the same sdist, without building
-    # pip's build requirements (cmake, ninja) from source for its metadata.
-    if ! "${PIP[@]}" download --quiet --no-deps --no-binary llama-cpp-python \
-        "llama-cpp-python==$VERSION" -d "$WORK/sdist"; then
-      echo "SKIPPED: ggml proof: could not download llama-cpp-python==$VERSION from PyPI"
-      exit 0
-    fi
-  fi
-  echo "$SHA256  $SDIST" | sha256sum -c --quiet - \
-    || { echo "ggml proof: $SDIST does not have the pinned sha256" >&2; exit 1; }
-  tar -xzf "$SDIST" -C "$WORK" "llama_cpp_python-$VERSION/vendor/llama.cpp/ggml"
+rc=0
+fetch_llama_sources || rc=$?
+if [ "$rc" -eq 2 ]; then
+  echo "SKIPPED: ggml proof: the pinned llama.cpp sources cannot be had (above)"
+  exit 0
 fi
+[ "$rc" -eq 0 ] || exit "$rc"
 
 echo "== ggml proof: weightmap's C ABI (release) and the model"
 cd "$ROOT"
