@@ -640,6 +640,15 @@ pub enum Error {
         /// Where the budget came from ("cgroup v1 /NAME memory.limit_in_bytes", ...).
         budget_source: String,
     },
+    /// A transform given to the cache (`cache::Transform`,
+    /// `cache::EntryContents`) failed, or its output cannot be stored.
+    #[error("transform of tensor '{tensor}': {message}")]
+    Transform {
+        /// The tensor being transformed.
+        tensor: String,
+        /// What the transform said.
+        message: String,
+    },
     /// `mlock` of the tensor region failed.
     #[error("mlock of {len} bytes failed (RLIMIT_MEMLOCK soft limit {limit}): {source}; raise it with `ulimit -l` or drop the lock option")]
     Mlock {
@@ -708,6 +717,7 @@ impl Error {
             | Error::BufferTooLarge { .. }
             | Error::OverBudget { .. } => K::OutOfMemory,
             Error::NoDequantize { .. } => K::Unsupported,
+            Error::Transform { .. } => K::InvalidArgument,
             Error::Cancelled | Error::Interrupted { .. } => K::Cancelled,
             // The stream path's own failure decides.
             Error::FallbackFailed { source, .. } => source.kind(),
@@ -789,6 +799,7 @@ impl Error {
             Error::HostPtrUnsupported { .. } => "host_ptr_unsupported",
             Error::Mlock { .. } => "mlock",
             Error::OverBudget { .. } => "over_budget",
+            Error::Transform { .. } => "transform",
         }
     }
 }

@@ -179,6 +179,14 @@ impl Header {
         }
     }
 
+    /// The header's bytes from the start of the file up to the data
+    /// section (all of them where the header was read alone).
+    pub(crate) fn raw(&self) -> &[u8] {
+        let bytes = self.bytes();
+        let end = usize::try_from(self.data_offset()).map_or(bytes.len(), |e| e.min(bytes.len()));
+        &bytes[..end]
+    }
+
     /// The format.
     pub fn format(&self) -> Format {
         match self.parsed {

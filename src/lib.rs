@@ -4,9 +4,10 @@
 
 // The layers, lowest first; every import points down (tests/layers.rs
 // checks it): error and types; os and alloc; the formats (tensor, gguf,
-// safetensors, format); buffer and quant; the loader.
+// safetensors, format); buffer and quant; the loader; the transform cache.
 mod alloc;
 pub mod buffer;
+pub mod cache;
 mod error;
 mod format;
 pub mod gguf;

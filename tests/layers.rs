@@ -19,6 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["tensor", "gguf", "safetensors", "format"],
     &["buffer", "quant"],
     &["loader"],
+    &["cache"],
 ];
 
 /// Inside layer 0, "no cycle" is not enough: the bottom of the crate must

@@ -30,7 +30,7 @@
 //! # Ok(()) }
 //! ```
 
-mod budget;
+pub(crate) mod budget;
 mod handle;
 mod headers;
 mod loaded;

@@ -24,7 +24,9 @@
 //! - the page cache: `evict`, `drop_cached`, `advise_no_readahead`;
 //! - I/O: `read_at`, `read_some_at`, `reopen_for_reader`, `open_direct`,
 //!   `DIRECT_IO`, `refuses_direct_io`, `same_file_identity`;
-//! - `read_budget`.
+//! - `read_budget`;
+//! - files the transform cache writes: `file_identity`, `shared_dir_problem`,
+//!   `reserve`, `sync_dir`, `try_lock`.
 //!
 //! What a platform cannot do is a function that returns `Unsupported` or
 //! does nothing; the loader reports it (a fallback reason, a skipped
@@ -38,6 +40,7 @@ mod sys;
 mod advice;
 mod budget;
 mod cgroup;
+mod files;
 mod io;
 mod mapping;
 mod mem;
@@ -45,6 +48,7 @@ mod pages;
 mod smaps;
 
 pub(crate) use budget::*;
+pub(crate) use files::*;
 pub(crate) use io::*;
 pub(crate) use mapping::*;
 pub(crate) use mem::*;

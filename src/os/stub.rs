@@ -161,3 +161,34 @@ pub(crate) fn read_budget() -> BudgetReading {
         why: "no memory figure is read on this system".into(),
     }
 }
+
+pub(crate) fn file_identity(_file: &File) -> io::Result<(u64, u64)> {
+    Ok((0, 0))
+}
+
+pub(crate) fn shared_dir_problem(dir: &Path) -> io::Result<Option<String>> {
+    std::fs::metadata(dir).map(|_| None)
+}
+
+pub(crate) fn reserve(_file: &File, _len: u64) -> io::Result<()> {
+    unsupported()
+}
+
+pub(crate) fn sync_dir(_dir: &Path) -> io::Result<()> {
+    Ok(())
+}
+
+/// Whether [`try_lock`] tells a held file from a free one here (none).
+pub(crate) const LOCKS: bool = false;
+
+pub(crate) fn try_lock(_file: &File) -> io::Result<bool> {
+    Ok(true)
+}
+
+pub(crate) fn is_no_space(_e: &io::Error) -> bool {
+    false
+}
+
+pub(crate) fn is_read_only(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::PermissionDenied
+}

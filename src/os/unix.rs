@@ -447,6 +447,82 @@ pub(crate) fn same_file(file: &File, path: &Path) -> io::Result<bool> {
     Ok(now.dev() == open.dev() && now.ino() == open.ino())
 }
 
+/// The device and inode of an open file: with its size and modification
+/// time, what tells one file from another (a cache key's source identity).
+pub(crate) fn file_identity(file: &File) -> io::Result<(u64, u64)> {
+    let m = file.metadata()?;
+    Ok((m.dev(), m.ino()))
+}
+
+/// Why `dir` may not hold files this process will trust: another user owns
+/// it, or it lets others write in it (so they could plant or swap entries).
+/// `None` when it is this user's alone.
+pub(crate) fn shared_dir_problem(dir: &Path) -> io::Result<Option<String>> {
+    let m = std::fs::metadata(dir)?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if m.uid() != me {
+        return Ok(Some(format!(
+            "it is owned by uid {}, not by this user (uid {me})",
+            m.uid()
+        )));
+    }
+    let mode = m.mode() & 0o777;
+    if mode & 0o022 != 0 {
+        return Ok(Some(format!(
+            "its mode {mode:o} lets other users write in it"
+        )));
+    }
+    Ok(None)
+}
+
+/// Allocate the blocks of `file`'s first `len` bytes, so that writing them
+/// through a mapping cannot meet a full disk (which a mapping reports as
+/// SIGBUS, not as an error). `Unsupported` where the filesystem or the
+/// platform cannot (the caller then writes the bytes instead).
+pub(crate) fn reserve(file: &File, len: u64) -> io::Result<()> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        let len = libc::off_t::try_from(len)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "length overflows off_t"))?;
+        // SAFETY: a live descriptor; posix_fallocate reads nothing of ours.
+        match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
+            0 => Ok(()),
+            libc::EOPNOTSUPP | libc::EINVAL => Err(io::ErrorKind::Unsupported.into()),
+            e => Err(io::Error::from_raw_os_error(e)),
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let _ = (file, len);
+        Err(io::ErrorKind::Unsupported.into())
+    }
+}
+
+/// Make a rename in `dir` durable: fsync the directory itself.
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Whether [`try_lock`] tells a held file from a free one here (`flock`).
+pub(crate) const LOCKS: bool = true;
+
+/// Take an exclusive advisory lock on `file` without waiting (`flock`):
+/// `false` when another open file holds it. Held until `file` is closed,
+/// so a lock outlives no process.
+pub(crate) fn try_lock(file: &File) -> io::Result<bool> {
+    // SAFETY: a live descriptor; flock touches no memory of ours.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
 /// The memory budget: Linux and Android read `/proc` and the memory
 /// cgroups; macOS the host's VM statistics; iOS `os_proc_available_memory`.
 pub(crate) fn read_budget() -> BudgetReading {
@@ -529,4 +605,18 @@ mod apple {
             Vec::new(),
         )
     }
+}
+
+/// Whether `e` says the disk or the user's quota is full.
+pub(crate) fn is_no_space(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
+
+/// Whether `e` says the place cannot be written at all (a read-only
+/// filesystem, no permission).
+pub(crate) fn is_read_only(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EROFS | libc::EACCES | libc::EPERM)
+    )
 }

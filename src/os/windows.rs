@@ -483,6 +483,43 @@ pub(crate) fn same_file(file: &File, path: &Path) -> io::Result<bool> {
     Ok(file_id(file)? == file_id(&File::open(path)?)?)
 }
 
+/// The volume serial number and file index of an open file: with its size
+/// and modification time, what tells one file from another.
+pub(crate) fn file_identity(file: &File) -> io::Result<(u64, u64)> {
+    let (volume, high, low) = file_id(file)?;
+    Ok((u64::from(volume), (u64::from(high) << 32) | u64::from(low)))
+}
+
+/// Windows has no mode bits, and a directory's owner is often a group
+/// (Administrators), not the user: a directory the user can create inherits
+/// the ACL of its parent, which is relied on, as for any file the user
+/// creates. Nothing is refused here.
+pub(crate) fn shared_dir_problem(dir: &Path) -> io::Result<Option<String>> {
+    std::fs::metadata(dir).map(|_| None)
+}
+
+/// Extending a file with `SetEndOfFile` (`File::set_len`) allocates its
+/// clusters on NTFS, so a full disk fails there, before any write through a
+/// mapping: nothing more to do.
+pub(crate) fn reserve(_file: &File, _len: u64) -> io::Result<()> {
+    Ok(())
+}
+
+/// NTFS journals its metadata: a completed rename needs no directory flush
+/// (and a directory cannot be opened as a `File` without backup semantics).
+pub(crate) fn sync_dir(_dir: &Path) -> io::Result<()> {
+    Ok(())
+}
+
+/// Whether [`try_lock`] tells a held file from a free one here (none taken (`try_lock`)).
+pub(crate) const LOCKS: bool = false;
+
+/// No advisory lock is taken: a file another process has mapped cannot be
+/// deleted on Windows, which is what the lock guards against elsewhere.
+pub(crate) fn try_lock(_file: &File) -> io::Result<bool> {
+    Ok(true)
+}
+
 /// The least of the available physical memory and, in a job, its memory
 /// limits less what is committed.
 pub(crate) fn read_budget() -> BudgetReading {
@@ -602,4 +639,16 @@ fn process_commit() -> io::Result<u64> {
         return last_error();
     }
     Ok(counters.PrivateUsage as u64)
+}
+
+/// Whether `e` says the disk or the user's quota is full
+/// (`ERROR_HANDLE_DISK_FULL`, `ERROR_DISK_FULL`, `ERROR_DISK_QUOTA_EXCEEDED`).
+pub(crate) fn is_no_space(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(39 | 112 | 1295))
+}
+
+/// Whether `e` says the place cannot be written at all
+/// (`ERROR_ACCESS_DENIED`, `ERROR_WRITE_PROTECT`).
+pub(crate) fn is_read_only(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(5 | 19))
 }

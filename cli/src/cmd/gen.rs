@@ -182,34 +182,7 @@ pub fn parse_type(s: &str) -> Result<TensorType, String> {
         })
 }
 
-/// A byte count: digits, then optionally K/M/G/T (binary), KiB/MiB/GiB/TiB
-/// (binary) or KB/MB/GB/TB (decimal), any case; `B` alone is bytes.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a byte count (e.g. 4096, 64M, 1GiB)"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        "t" | "tib" => 1 << 40,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        "tb" => 1_000_000_000_000,
-        u => {
-            return Err(format!(
-                "unknown size unit '{u}' (use K, M, G, T, KiB, MB, ...)"
-            ))
-        }
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("'{s}' is too large"))
-}
+pub use weightmap::cache::parse_size;
 
 #[cfg(test)]
 mod tests {

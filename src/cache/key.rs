@@ -1,0 +1,192 @@
+//! An entry's key: what must be equal for a cached transform to stand for
+//! the one that would run now. The source's identity (device, inode, size,
+//! modification time), a fingerprint of its header and of a sample of each
+//! tensor's bytes, the transform's name, version and machine facts, and the
+//! facts weightmap adds itself (the page size, the architecture, the entry
+//! format). Any change gives another key, so a stale entry is never found,
+//! let alone used.
+
+use std::fs::File;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
+
+use xxhash_rust::xxh3::{xxh3_128, Xxh3};
+
+use crate::error::{Error, Result};
+use crate::format::{read_header, Header};
+use crate::os::{file_identity, page_size, read_at};
+
+/// The version of the entry layout ([`super::entry`]): part of every key,
+/// so entries of another layout are never read.
+pub(crate) const ENTRY_FORMAT: u32 = 1;
+
+/// How many bytes of each end of a tensor the fingerprint reads.
+pub(crate) const SAMPLE: u64 = 4096;
+
+/// What the transform is, as the caller names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TransformId {
+    pub name: String,
+    pub version: u32,
+    pub machine: String,
+}
+
+/// A source file as a lookup sees it: its identity, its header, and the key
+/// of the entry that would hold `transform` of it.
+pub(crate) struct SourceKey {
+    pub path: PathBuf,
+    /// Every fact the key is made of, one `name=value` a line: stored in the
+    /// entry and compared whole when it is opened.
+    pub text: String,
+    /// The key's 128-bit hash, as 32 hex digits: the entry's file name.
+    pub hash: String,
+}
+
+impl SourceKey {
+    /// Read `path`'s header and identity, sample its tensors, and make the
+    /// key of `transform` of it. Reads the header and at most two 4 KiB
+    /// pieces of each tensor, never the whole file.
+    pub(crate) fn of(path: &Path, transform: &TransformId) -> Result<SourceKey> {
+        let path = std::path::absolute(path).map_err(|e| Error::io("resolve", path, e))?;
+        let text = key_text(&source_facts(&path)?, transform);
+        let hash = format!("{:032x}", xxh3_128(text.as_bytes()));
+        Ok(SourceKey { path, text, hash })
+    }
+
+    /// Whether `path` is still the file this key was made from (same
+    /// identity): checked after a fill, which read the file in between.
+    pub(crate) fn still_current(&self) -> bool {
+        still_describes(&self.text, &self.path)
+    }
+}
+
+/// Whether the file at `path` is still the source `key_text` (an entry's
+/// stored key) was made from: same identity, same fingerprint. `false`
+/// when it changed or is gone.
+pub(crate) fn still_describes(key_text: &str, path: &Path) -> bool {
+    source_facts(path).is_ok_and(|facts| key_text.contains(&facts))
+}
+
+/// The source's lines of a key: its identity and fingerprint.
+fn source_facts(path: &Path) -> Result<String> {
+    let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+    let [dev, ino, size, mtime] = identity_of(&file, path)?;
+    let header = read_header(&file, size, path)?;
+    let fingerprint = fingerprint(&header, |offset, buf| {
+        read_at(&file, buf, offset).map_err(|e| Error::io("read", path, e))
+    })?;
+    Ok(format!(
+        "source.device={dev}\nsource.inode={ino}\nsource.size={size}\nsource.mtime_ns={mtime}\n\
+         source.fingerprint={fingerprint:016x}\n"
+    ))
+}
+
+/// Device, inode, size and modification time in nanoseconds.
+pub(crate) fn identity_of(file: &File, path: &Path) -> Result<[u64; 4]> {
+    let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
+    let (dev, ino) = file_identity(file).map_err(|e| Error::io("stat", path, e))?;
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    Ok([dev, ino, meta.len(), mtime])
+}
+
+/// A cheap fingerprint of a model: its header's bytes, then the first and
+/// last [`SAMPLE`] bytes of every tensor, read through `read(offset, buf)`.
+/// It catches a file rewritten with its old size and time, which the
+/// identity alone would miss, without reading every byte.
+pub(crate) fn fingerprint(
+    header: &Header,
+    mut read: impl FnMut(u64, &mut [u8]) -> Result<()>,
+) -> Result<u64> {
+    let mut h = Xxh3::new();
+    h.update(header.raw());
+    let mut buf = vec![0u8; 2 * SAMPLE as usize];
+    for info in header.tensors().iter() {
+        let range = info.file_range();
+        for piece in sample_ranges(range.start, range.end) {
+            // At most 2 * SAMPLE bytes, which fits usize.
+            let n = (piece.end - piece.start) as usize;
+            read(piece.start, &mut buf[..n])?;
+            h.update(&buf[..n]);
+        }
+    }
+    Ok(h.digest())
+}
+
+/// The pieces of `[start, end)` the fingerprint reads: its first and last
+/// [`SAMPLE`] bytes (once, when they overlap).
+pub(crate) fn sample_ranges(start: u64, end: u64) -> impl Iterator<Item = Range<u64>> {
+    let len = end.saturating_sub(start);
+    let (first, second) = if len <= 2 * SAMPLE {
+        (start..end, None)
+    } else {
+        (start..start + SAMPLE, Some(end - SAMPLE..end))
+    };
+    std::iter::once(first).chain(second)
+}
+
+fn key_text(source_facts: &str, t: &TransformId) -> String {
+    format!(
+        "entry.format={ENTRY_FORMAT}\n{source_facts}\
+         transform.name={}\ntransform.version={}\ntransform.machine={}\n\
+         machine.arch={}\nmachine.os={}\nmachine.page_size={}\n",
+        t.name.escape_default(),
+        t.version,
+        t.machine.escape_default(),
+        std::env::consts::ARCH,
+        std::env::consts::OS,
+        page_size(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_cover_small_tensors_whole_and_large_ones_at_both_ends() {
+        let ranges = |a, b| sample_ranges(a, b).collect::<Vec<_>>();
+        assert_eq!(ranges(10, 10), vec![(10..10)]);
+        assert_eq!(ranges(0, 8192), vec![(0..8192)]);
+        assert_eq!(ranges(0, 8193), [0..4096, 4097..8193]);
+    }
+
+    #[test]
+    fn every_fact_changes_the_key() {
+        let t = TransformId {
+            name: "f32".into(),
+            version: 1,
+            machine: "avx2".into(),
+        };
+        let base = key_text("source.size=1\n", &t);
+        let mut others = vec![key_text("source.size=2\n", &t)];
+        for change in [
+            |t: &mut TransformId| t.name.push('x'),
+            |t: &mut TransformId| t.version += 1,
+            |t: &mut TransformId| t.machine.push('x'),
+        ] {
+            let mut t2 = t.clone();
+            change(&mut t2);
+            others.push(key_text("source.size=1\n", &t2));
+        }
+        for o in others {
+            assert_ne!(o, base);
+        }
+    }
+
+    #[test]
+    fn a_name_cannot_forge_another_line() {
+        let t = TransformId {
+            name: "a\ntransform.version=7".into(),
+            version: 1,
+            machine: String::new(),
+        };
+        let text = key_text("source.size=1\n", &t);
+        let lines = text.lines().filter(|l| l.starts_with("transform.version="));
+        assert_eq!(lines.collect::<Vec<_>>(), ["transform.version=1"]);
+    }
+}

@@ -1,0 +1,450 @@
+//! A cache of transformed tensors, in files that later loads map like any
+//! weights.
+//!
+//! A runtime that dequantizes, repacks, permutes or promotes weights after
+//! loading them puts every transformed tensor in anonymous memory: charged
+//! to the process, never dropped by the kernel, built again in every
+//! process and on every start. Through the cache the transform runs once;
+//! its output goes to an entry file, and every load after that maps the
+//! entry read-only: file-backed pages, shared by every process that maps
+//! them, and a start that reads no more than the weights it uses.
+//!
+//! ```
+//! use weightmap::cache::{Cache, CacheOutcome, Transform};
+//! use weightmap::{gguf::Writer, LoadOptions, TensorType};
+//! # fn main() -> weightmap::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let model = dir.path().join("model.gguf");
+//! # let mut w = Writer::new(32);
+//! # w.tensor("w", TensorType::F32, &[4], 2.0f32.to_le_bytes().repeat(4));
+//! # w.write_with(std::fs::File::create(&model).unwrap(), |_, _| {}).unwrap();
+//! // Doubles every F32 tensor (a stand-in for a repack or a dequantization).
+//! let double = Transform::new("double", 1, |_info, src, dst| {
+//!     for (d, s) in dst.chunks_exact_mut(4).zip(src.chunks_exact(4)) {
+//!         let x = 2.0 * f32::from_le_bytes(s.try_into().unwrap());
+//!         d.copy_from_slice(&x.to_le_bytes());
+//!     }
+//!     Ok(())
+//! });
+//! let cache = Cache::at(dir.path().join("cache"));
+//!
+//! // SAFETY: nothing modifies or truncates the model or the cache's
+//! // entries while the weights live.
+//! let first = unsafe { cache.load(&model, &double, &LoadOptions::default())? };
+//! assert_eq!(first.report().outcome, CacheOutcome::Filled);
+//! assert_eq!(first.weights().tensor("w")?.view::<f32>()?, &[4.0; 4]);
+//!
+//! // The next load, in this process or another, maps the entry.
+//! let second = unsafe { cache.load(&model, &double, &LoadOptions::default())? };
+//! assert_eq!(second.report().outcome, CacheOutcome::Hit);
+//! assert_eq!(second.weights().tensor("w")?.view::<f32>()?, &[4.0; 4]);
+//! # Ok(()) }
+//! ```
+//!
+//! The rules (ARCHITECTURE.md, "The transform cache"):
+//!
+//! - **Keys** ([`key`]): the source's identity and a cheap fingerprint of
+//!   it, the transform's name, version and machine facts. A stale entry
+//!   is never found.
+//! - **Writes**: a fresh temporary file in the cache directory, its blocks
+//!   allocated first, written through a shared mapping, fsynced, renamed
+//!   into place, and the directory fsynced. Two processes filling one
+//!   entry each rename a whole file; one killed leaves only a temporary
+//!   file, which no load reads and `prune` removes.
+//! - **Reads** ([`entry`]): an entry is a GGUF file; the loader validates
+//!   it as any model, then its key, the header's checksum and both ends of
+//!   every tensor are checked. One that fails is replaced.
+//! - **Where**: `$WEIGHTMAP_CACHE_DIR`, else `$XDG_CACHE_HOME/weightmap`,
+//!   else `~/.cache/weightmap` (Windows: `%LOCALAPPDATA%\weightmap`); at
+//!   most `$WEIGHTMAP_CACHE_MAX_SIZE` bytes (default 16 GiB), the least
+//!   recently used entries pruned first. A directory another user can
+//!   write is refused. Whenever the cache cannot serve, the transform runs
+//!   in memory and the report says why.
+
+mod entry;
+mod key;
+mod report;
+mod store;
+mod transform;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+pub use entry::EntryInfo;
+pub use report::{CacheBypass, CacheOutcome, CacheReport};
+pub use store::PruneReport;
+pub use transform::{EntryContents, PlannedTensor, Transform};
+
+use crate::error::Result;
+use crate::loader::{LoadOptions, Weights};
+use key::{SourceKey, TransformId};
+
+/// A cache directory and its size limit. Cheap to make: nothing is read or
+/// created until a load needs it.
+#[derive(Clone, Debug)]
+pub struct Cache {
+    dir: Option<PathBuf>,
+    max_size: u64,
+}
+
+/// The transformed tensors of a cached load, and what the cache did.
+#[derive(Debug)]
+pub struct Cached {
+    weights: Weights,
+    report: CacheReport,
+}
+
+impl Cached {
+    /// The transformed tensors: an entry's mapped tensors, or (when the
+    /// cache could not serve) the transform's output in memory.
+    pub fn weights(&self) -> &Weights {
+        &self.weights
+    }
+
+    /// The weights, keeping nothing else.
+    pub fn into_weights(self) -> Weights {
+        self.weights
+    }
+
+    /// Hit, filled or in memory, and why.
+    pub fn report(&self) -> &CacheReport {
+        &self.report
+    }
+}
+
+impl Default for Cache {
+    fn default() -> Self {
+        Cache::new()
+    }
+}
+
+impl Cache {
+    /// The default size limit: 16 GiB.
+    pub const DEFAULT_MAX_SIZE: u64 = 16 << 30;
+
+    /// The user's cache: `$WEIGHTMAP_CACHE_DIR`, else
+    /// `$XDG_CACHE_HOME/weightmap`, else `~/.cache/weightmap` (Windows:
+    /// `%LOCALAPPDATA%\weightmap`), with `$WEIGHTMAP_CACHE_MAX_SIZE` (a
+    /// byte count such as `20G`, [`parse_size`]) as its limit. With no
+    /// directory to be had, every load runs in memory
+    /// ([`CacheBypass::NoDirectory`]).
+    pub fn new() -> Cache {
+        let max_size = std::env::var("WEIGHTMAP_CACHE_MAX_SIZE")
+            .ok()
+            .and_then(|s| parse_size(&s).ok())
+            .unwrap_or(Cache::DEFAULT_MAX_SIZE);
+        Cache {
+            dir: default_dir(),
+            max_size,
+        }
+    }
+
+    /// A cache in `dir` (created on first use), with the default limit.
+    pub fn at(dir: impl Into<PathBuf>) -> Cache {
+        Cache {
+            dir: Some(dir.into()),
+            max_size: Cache::DEFAULT_MAX_SIZE,
+        }
+    }
+
+    /// The same cache, holding at most `bytes` (pruned after each fill).
+    pub fn max_size(mut self, bytes: u64) -> Cache {
+        self.max_size = bytes;
+        self
+    }
+
+    /// The directory, if there is one.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    /// The size limit in bytes.
+    pub fn size_limit(&self) -> u64 {
+        self.max_size
+    }
+
+    /// `transform` of the model at `source`: mapped from its entry if the
+    /// cache holds a valid one; else transformed into a new entry, which is
+    /// then mapped; else, when the cache cannot be written, transformed
+    /// into memory. The report says which, and why.
+    ///
+    /// A hit reads the source's header and a few KiB of each tensor, never
+    /// the whole file. On a miss the source is loaded with `options` and
+    /// the transform reads it; either way the transformed tensors load
+    /// with `options` (mode, prefetch, buffer types).
+    ///
+    /// # Safety
+    /// As [`Weights::load`]: nothing may modify or truncate the source, or
+    /// the cache's entries, while the weights live. weightmap itself only
+    /// ever renames a whole entry over another or removes one, which leaves
+    /// a live mapping intact.
+    ///
+    /// # Errors
+    /// The source's own (unreadable, invalid), the transform's
+    /// ([`crate::Error::Transform`]), and a load's. Never the cache's: a
+    /// cache that cannot serve is a [`CacheBypass`] in the report.
+    pub unsafe fn load(
+        &self,
+        source: impl AsRef<Path>,
+        transform: &Transform<'_>,
+        options: &LoadOptions,
+    ) -> Result<Cached> {
+        let source = source.as_ref();
+        let id = TransformId::from(transform);
+        // SAFETY: the caller's contract, passed on.
+        let miss = match unsafe { self.lookup(source, &id, options)? } {
+            Lookup::Hit(cached) => return Ok(*cached),
+            Lookup::Miss(miss) => miss,
+        };
+        // SAFETY: the caller's contract covers the source.
+        let src = unsafe { Weights::load(source, options)? };
+        let mut contents = transform.contents(&src)?;
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.store(miss, &id, &mut contents, options) }
+    }
+
+    /// [`Cache::load`] for an entry that is not one output per source
+    /// tensor: `make` gives its [`EntryContents`] (the tensors of a whole
+    /// converted state dict with its configuration as metadata, say), and
+    /// is called only on a miss. `name`, `version` and `machine` key it as
+    /// a [`Transform`]'s do.
+    ///
+    /// # Safety
+    /// As [`Cache::load`].
+    ///
+    /// # Errors
+    /// As [`Cache::load`], and whatever `make` returns.
+    pub unsafe fn load_with<C: EntryContents>(
+        &self,
+        source: impl AsRef<Path>,
+        (name, version, machine): (&str, u32, &str),
+        options: &LoadOptions,
+        make: impl FnOnce() -> Result<C>,
+    ) -> Result<Cached> {
+        let id = TransformId {
+            name: name.to_owned(),
+            version,
+            machine: machine.to_owned(),
+        };
+        // SAFETY: the caller's contract, passed on.
+        let miss = match unsafe { self.lookup(source.as_ref(), &id, options)? } {
+            Lookup::Hit(cached) => return Ok(*cached),
+            Lookup::Miss(miss) => miss,
+        };
+        let mut contents = make()?;
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.store(miss, &id, &mut contents, options) }
+    }
+
+    /// # Safety
+    /// As [`Cache::load`].
+    unsafe fn lookup(
+        &self,
+        source: &Path,
+        id: &TransformId,
+        options: &LoadOptions,
+    ) -> Result<Lookup> {
+        let started = Instant::now();
+        let key = SourceKey::of(source, id)?;
+        let dir = self.usable_dir();
+        let mut replaced = None;
+        if let Ok(dir) = &dir {
+            let path = store::entry_path(dir, &key.hash);
+            // SAFETY: the caller's contract covers the cache's entries.
+            match unsafe { store::open_entry(&path, &key.text, options) } {
+                Ok(Some(weights)) => {
+                    store::touch(&path);
+                    let report = CacheReport {
+                        outcome: CacheOutcome::Hit,
+                        entry: Some(path),
+                        key: key.hash,
+                        replaced: None,
+                        elapsed: started.elapsed(),
+                    };
+                    return Ok(Lookup::Hit(Box::new(Cached { weights, report })));
+                }
+                Ok(None) => {}
+                Err(problem) => replaced = Some(problem),
+            }
+        }
+        Ok(Lookup::Miss(Miss {
+            key,
+            dir,
+            replaced,
+            started,
+        }))
+    }
+
+    /// # Safety
+    /// As [`Cache::load`].
+    unsafe fn store(
+        &self,
+        miss: Miss,
+        id: &TransformId,
+        contents: &mut dyn EntryContents,
+        options: &LoadOptions,
+    ) -> Result<Cached> {
+        let layout = entry::Layout::plan(&miss.key, (&id.name, id.version), contents)?;
+        let written = match &miss.dir {
+            Ok(dir) => store::write_entry(dir, &miss.key, &layout, contents),
+            Err(why) => Err(store::Unwritten::Bypass(why.clone())),
+        };
+        let (weights, outcome, entry) = match written {
+            Ok(path) => {
+                // SAFETY: the caller's contract covers the cache's entries.
+                let weights = unsafe { store::open_written(&path, &miss.key.text, options)? };
+                if let Ok(dir) = &miss.dir {
+                    // Pruning is housekeeping: a failure leaves the cache
+                    // larger, never wrong.
+                    let _ = store::prune(dir, self.max_size, Some(&path));
+                }
+                (weights, CacheOutcome::Filled, Some(path))
+            }
+            Err(store::Unwritten::Failed(e)) => return Err(e),
+            Err(store::Unwritten::Bypass(why)) => {
+                let weights = store::in_memory(&miss.key, &layout, contents, options)?;
+                (weights, CacheOutcome::InMemory(why), None)
+            }
+        };
+        let report = CacheReport {
+            outcome,
+            entry,
+            key: miss.key.hash,
+            replaced: miss.replaced,
+            elapsed: miss.started.elapsed(),
+        };
+        Ok(Cached { weights, report })
+    }
+
+    /// The directory, created if missing, if it may be used.
+    fn usable_dir(&self) -> Result<PathBuf, CacheBypass> {
+        let dir = self.dir.clone().ok_or(CacheBypass::NoDirectory)?;
+        store::usable(&dir)?;
+        Ok(dir)
+    }
+
+    /// Every entry, with what its header says or why it cannot be read.
+    /// Temporary files of fills under way (or killed) are not listed.
+    ///
+    /// # Errors
+    /// [`crate::Error::Io`] when the directory cannot be read; none when
+    /// it does not exist (no entries).
+    pub fn entries(&self) -> Result<Vec<(PathBuf, Result<EntryInfo>)>> {
+        match &self.dir {
+            Some(dir) => store::entries(dir),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Check every byte of every entry against its checksums: each entry's
+    /// path, and what is wrong with it (`Ok` when nothing).
+    ///
+    /// # Safety
+    /// Nothing may truncate an entry while it is checked (weightmap never
+    /// does; a user's `truncate` on an entry would).
+    ///
+    /// # Errors
+    /// [`crate::Error::Io`] when the directory cannot be read.
+    pub unsafe fn verify(&self) -> Result<Vec<(PathBuf, std::result::Result<(), String>)>> {
+        let Some(dir) = &self.dir else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for (path, _) in store::entries(dir)? {
+            // SAFETY: the caller's contract.
+            let verdict = unsafe { store::verify_entry(&path) };
+            out.push((path, verdict));
+        }
+        Ok(out)
+    }
+
+    /// Remove the entries whose source changed or is gone, then the least
+    /// recently used until at most `max_size` bytes remain, and the
+    /// temporary files of fills that were killed.
+    ///
+    /// # Errors
+    /// [`crate::Error::Io`] when the directory cannot be read.
+    pub fn prune(&self, max_size: u64) -> Result<PruneReport> {
+        match &self.dir {
+            Some(dir) => store::prune(dir, max_size, None),
+            None => Ok(PruneReport::default()),
+        }
+    }
+
+    /// Remove every entry (and every temporary file no fill holds).
+    ///
+    /// # Errors
+    /// [`crate::Error::Io`] when the directory cannot be read.
+    pub fn clear(&self) -> Result<PruneReport> {
+        self.prune(0)
+    }
+}
+
+enum Lookup {
+    Hit(Box<Cached>),
+    Miss(Miss),
+}
+
+/// What a lookup that found no usable entry knows.
+struct Miss {
+    key: SourceKey,
+    dir: Result<PathBuf, CacheBypass>,
+    replaced: Option<String>,
+    started: Instant,
+}
+
+fn default_dir() -> Option<PathBuf> {
+    let var = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(dir) = var("WEIGHTMAP_CACHE_DIR") {
+        return Some(dir);
+    }
+    if cfg!(windows) {
+        return var("LOCALAPPDATA").map(|d| d.join("weightmap"));
+    }
+    var("XDG_CACHE_HOME")
+        .map(|d| d.join("weightmap"))
+        .or_else(|| var("HOME").map(|h| h.join(".cache").join("weightmap")))
+}
+
+/// A byte count: digits, then optionally K/M/G/T (binary), KiB/MiB/GiB/TiB
+/// (binary) or KB/MB/GB/TB (decimal), any case; `B` alone is bytes. What
+/// `WEIGHTMAP_CACHE_MAX_SIZE` and the command's size options take.
+///
+/// ```
+/// assert_eq!(weightmap::cache::parse_size("20G"), Ok(20 << 30));
+/// assert_eq!(weightmap::cache::parse_size("1MB"), Ok(1_000_000));
+/// assert!(weightmap::cache::parse_size("lots").is_err());
+/// ```
+///
+/// # Errors
+/// A message naming what is wrong with `s`.
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a byte count (e.g. 4096, 64M, 1GiB)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        u => {
+            return Err(format!(
+                "unknown size unit '{u}' (use K, M, G, T, KiB, MB, ...)"
+            ))
+        }
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("'{s}' is too large"))
+}

@@ -1,0 +1,360 @@
+//! The cache directory: where entries are, how one is written so that no
+//! reader ever sees it torn, how one is opened and checked, and how the
+//! directory is kept within its size.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use crate::error::{Error, Result};
+use crate::loader::{budget, LoadOptions, Weights};
+use crate::os::{
+    allocate, is_no_space, is_read_only, shared_dir_problem, sync_dir, try_lock, WritableMap,
+    LOCKS, SUPPORTED,
+};
+
+use super::entry::{self, EntryInfo, Layout};
+use super::key::SourceKey;
+use super::report::CacheBypass;
+use super::transform::EntryContents;
+
+const ENTRY_EXT: &str = "gguf";
+const TMP_PREFIX: &str = ".tmp-";
+
+/// Where no lock tells a live fill's temporary file from a killed one's,
+/// one this old is taken for a killed fill's.
+const ORPHAN_AGE: Duration = Duration::from_secs(10 * 60);
+
+/// Where the entry of key `hash` is.
+pub(crate) fn entry_path(dir: &Path, hash: &str) -> PathBuf {
+    dir.join(format!("{hash}.{ENTRY_EXT}"))
+}
+
+/// Make `dir` if it is missing (private to this user), and refuse it if
+/// another user could write in it.
+pub(crate) fn usable(dir: &Path) -> std::result::Result<(), CacheBypass> {
+    if !SUPPORTED {
+        return Err(CacheBypass::Unsupported);
+    }
+    if !dir.is_dir() {
+        let mut b = fs::DirBuilder::new();
+        b.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+        b.create(dir).map_err(|e| refusal(dir, "create", &e, 0))?;
+    }
+    match shared_dir_problem(dir) {
+        Ok(None) => Ok(()),
+        Ok(Some(problem)) => Err(CacheBypass::UnsafeDirectory {
+            dir: dir.to_owned(),
+            problem,
+        }),
+        Err(e) => Err(refusal(dir, "stat", &e, 0)),
+    }
+}
+
+/// What an OS error on the cache directory means for the load.
+fn refusal(dir: &Path, op: &'static str, e: &io::Error, needed: u64) -> CacheBypass {
+    if is_no_space(e) {
+        CacheBypass::NoSpace {
+            dir: dir.to_owned(),
+            needed,
+        }
+    } else if is_read_only(e) {
+        CacheBypass::ReadOnly {
+            dir: dir.to_owned(),
+            error: e.to_string(),
+        }
+    } else {
+        CacheBypass::Io {
+            dir: dir.to_owned(),
+            op,
+            error: e.to_string(),
+        }
+    }
+}
+
+/// Open and check the entry at `path`: `Ok(None)` when there is none,
+/// `Err(why)` when the one there is not usable (it will be replaced).
+///
+/// # Safety
+/// As `Weights::load`: nothing truncates or modifies the entry while the
+/// weights live.
+pub(crate) unsafe fn open_entry(
+    path: &Path,
+    key: &str,
+    options: &LoadOptions,
+) -> std::result::Result<Option<Weights>, String> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    // SAFETY: the caller's contract.
+    let weights = unsafe { Weights::load(path, options) }.map_err(|e| e.to_string())?;
+    entry::check(&weights, Some(key)).map_err(|p| p.to_string())?;
+    Ok(Some(weights))
+}
+
+/// Open the entry just written at `path`. It was checked as it was
+/// written; a failure here is another process's rename in between, and
+/// its entry is as good, so the same checks decide.
+///
+/// # Safety
+/// As [`open_entry`].
+pub(crate) unsafe fn open_written(
+    path: &Path,
+    key: &str,
+    options: &LoadOptions,
+) -> Result<Weights> {
+    // SAFETY: the caller's contract.
+    match unsafe { open_entry(path, key, options) } {
+        Ok(Some(w)) => Ok(w),
+        Ok(None) => Err(Error::io(
+            "open",
+            path,
+            io::Error::from(io::ErrorKind::NotFound),
+        )),
+        Err(why) => Err(Error::Transform {
+            tensor: String::new(),
+            message: format!("the entry just written at {} is bad: {why}", path.display()),
+        }),
+    }
+}
+
+/// Mark the entry at `path` as just used (its modification time), for
+/// pruning the least recently used first. Best effort: a read-only cache
+/// is still read.
+pub(crate) fn touch(path: &Path) {
+    if let Ok(f) = File::open(path) {
+        let _ = f.set_modified(SystemTime::now());
+    }
+}
+
+/// Why an entry was not written.
+pub(crate) enum Unwritten {
+    /// The cache cannot take it: transform in memory instead.
+    Bypass(CacheBypass),
+    /// The transform failed: the load fails.
+    Failed(Error),
+}
+
+/// A temporary file removed when dropped, unless kept.
+struct TempFile {
+    path: PathBuf,
+    keep: bool,
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Write the entry `layout` describes into `dir`: a new temporary file,
+/// locked, its blocks allocated, filled through a shared mapping, flushed
+/// and fsynced, then renamed over the entry's name and the directory
+/// fsynced. Returns the entry's path.
+pub(crate) fn write_entry(
+    dir: &Path,
+    key: &SourceKey,
+    layout: &Layout,
+    contents: &mut dyn EntryContents,
+) -> std::result::Result<PathBuf, Unwritten> {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let bypass = |op, e: &io::Error| Unwritten::Bypass(refusal(dir, op, e, layout.len));
+    let name = format!(
+        "{TMP_PREFIX}{}-{}-{}",
+        key.hash,
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    );
+    let mut tmp = TempFile {
+        path: dir.join(name),
+        keep: false,
+    };
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&tmp.path)
+        .map_err(|e| bypass("create", &e))?;
+    // A held lock tells `prune` the file is a fill under way.
+    let _ = try_lock(&file);
+    allocate(&mut file, layout.len).map_err(|e| bypass("allocate", &e))?;
+    {
+        // SAFETY: the file was created just now under a name no other
+        // process uses, in a directory only this user can write (`usable`),
+        // and its blocks are allocated: nothing truncates it or writes it
+        // under the map, and a full disk cannot fault a write through it.
+        let mut map = unsafe { WritableMap::new(&file) }.map_err(|e| bypass("map", &e))?;
+        layout
+            .write(key, contents, map.bytes_mut())
+            .map_err(Unwritten::Failed)?;
+        map.flush().map_err(|e| bypass("flush", &e))?;
+    }
+    file.sync_all().map_err(|e| bypass("fsync", &e))?;
+    if !key.still_current() {
+        return Err(Unwritten::Bypass(CacheBypass::SourceChanged {
+            path: key.path.clone(),
+        }));
+    }
+    let path = entry_path(dir, &key.hash);
+    fs::rename(&tmp.path, &path).map_err(|e| bypass("rename", &e))?;
+    tmp.keep = true;
+    sync_dir(dir).map_err(|e| bypass("fsync", &e))?;
+    Ok(path)
+}
+
+/// The entry `layout` describes, built in memory: what a load without a
+/// cache would hold, held to the memory budget as any copy.
+pub(crate) fn in_memory(
+    key: &SourceKey,
+    layout: &Layout,
+    contents: &mut dyn EntryContents,
+    options: &LoadOptions,
+) -> Result<Weights> {
+    budget::check(
+        layout.len,
+        "the transformed tensors",
+        &budget::current(options),
+        options,
+    )?;
+    let len = usize::try_from(layout.len).map_err(|_| Error::OutOfMemory {
+        bytes: layout.len,
+        what: "the transformed tensors",
+    })?;
+    let mut bytes = vec![0u8; len];
+    layout.write(key, contents, &mut bytes)?;
+    Weights::from_memory(bytes, options)
+}
+
+/// Every `*.gguf` in `dir`, with its header's account or why it has none.
+pub(crate) fn entries(dir: &Path) -> Result<Vec<(PathBuf, Result<EntryInfo>)>> {
+    let mut out = Vec::new();
+    let read = match fs::read_dir(dir) {
+        Ok(r) => r,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(Error::io("read directory", dir, e)),
+    };
+    for item in read {
+        let path = item
+            .map_err(|e| Error::io("read directory", dir, e))?
+            .path();
+        let is_entry = path.extension().is_some_and(|x| x == ENTRY_EXT)
+            && !file_name(&path).starts_with(TMP_PREFIX);
+        if is_entry {
+            let info = EntryInfo::read(&path);
+            out.push((path, info));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Every check of the entry at `path`, every byte of it.
+///
+/// # Safety
+/// Nothing truncates the entry while it is checked.
+pub(crate) unsafe fn verify_entry(path: &Path) -> std::result::Result<(), String> {
+    let options = LoadOptions::default().prefetch(crate::loader::Prefetch::None);
+    // SAFETY: the caller's contract.
+    let weights = unsafe { Weights::load(path, &options) }.map_err(|e| e.to_string())?;
+    entry::verify(&weights).map_err(|p| p.to_string())
+}
+
+/// What [`super::Cache::prune`] removed.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct PruneReport {
+    /// Each file removed, its bytes, and why ("source changed",
+    /// "least recently used", "unreadable: ...", "killed fill").
+    pub removed: Vec<(PathBuf, u64, String)>,
+    /// Entries kept, and their bytes.
+    pub kept: usize,
+    /// Bytes of the entries kept.
+    pub kept_bytes: u64,
+    /// Files that could not be removed (in use on Windows, ...), and why.
+    pub failed: Vec<(PathBuf, String)>,
+}
+
+/// Remove from `dir` the entries whose source changed, those no header
+/// can be read of, then the least recently used until at most `max_size`
+/// bytes remain (never `keep`), and the temporary files of killed fills.
+pub(crate) fn prune(dir: &Path, max_size: u64, keep: Option<&Path>) -> Result<PruneReport> {
+    let mut report = PruneReport::default();
+    let mut live = Vec::new();
+    for (path, info) in entries(dir)? {
+        match info {
+            Ok(info) if info.source_current => live.push(info),
+            Ok(info) => remove(&mut report, &path, info.bytes, "source changed or gone"),
+            Err(e) => {
+                let bytes = fs::metadata(&path).map_or(0, |m| m.len());
+                remove(&mut report, &path, bytes, &format!("unreadable: {e}"));
+            }
+        }
+    }
+    live.sort_by_key(|i| i.last_used);
+    let mut total: u64 = live.iter().map(|i| i.bytes).sum();
+    for info in live {
+        if total > max_size && keep != Some(info.path.as_path()) {
+            total -= info.bytes;
+            remove(&mut report, &info.path, info.bytes, "least recently used");
+        } else {
+            report.kept += 1;
+            report.kept_bytes += info.bytes;
+        }
+    }
+    remove_orphans(dir, &mut report)?;
+    Ok(report)
+}
+
+fn remove(report: &mut PruneReport, path: &Path, bytes: u64, why: &str) {
+    match fs::remove_file(path) {
+        Ok(()) => report
+            .removed
+            .push((path.to_owned(), bytes, why.to_owned())),
+        Err(e) => report.failed.push((path.to_owned(), e.to_string())),
+    }
+}
+
+/// Remove the temporary files that no fill holds and that are old enough
+/// to be a killed fill's.
+fn remove_orphans(dir: &Path, report: &mut PruneReport) -> Result<()> {
+    let read = match fs::read_dir(dir) {
+        Ok(r) => r,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io("read directory", dir, e)),
+    };
+    for item in read {
+        let path = item
+            .map_err(|e| Error::io("read directory", dir, e))?
+            .path();
+        if !file_name(&path).starts_with(TMP_PREFIX) {
+            continue;
+        }
+        let Ok(file) = File::open(&path) else {
+            continue;
+        };
+        let Ok(meta) = file.metadata() else { continue };
+        let age = meta.modified().ok().and_then(|t| t.elapsed().ok());
+        // A live fill holds a lock on its file where there are locks.
+        let orphan = if LOCKS {
+            try_lock(&file).unwrap_or(false)
+        } else {
+            age.is_some_and(|a| a >= ORPHAN_AGE)
+        };
+        if orphan {
+            remove(report, &path, meta.len(), "a killed fill's temporary file");
+        }
+    }
+    Ok(())
+}
