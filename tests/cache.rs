@@ -13,7 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
-use weightmap::cache::{Cache, CacheBypass, CacheOutcome, EntryContents, PlannedTensor, Transform};
+use weightmap::cache::{
+    Cache, CacheBypass, CacheOutcome, EntryContents, Lookup, PlannedTensor, Transform, TransformId,
+    Written,
+};
 use weightmap::{gguf::Writer, Error, LoadMode, LoadOptions, TensorType, Weights};
 
 /// Q8_0 blocks: 34 bytes for 32 elements.
@@ -472,23 +475,21 @@ impl EntryContents for StateDict {
 }
 
 #[test]
-fn load_with_stores_metadata_and_calls_make_only_on_a_miss() {
+fn lookup_then_store_keeps_metadata_and_makes_contents_only_on_a_miss() {
     let (_dir, model, cache) = setup();
+    let id = TransformId::new("state-dict", 1);
+    let opts = LoadOptions::default();
     let mut made = 0;
     for expect in [CacheOutcome::Filled, CacheOutcome::Hit] {
         // SAFETY: nothing changes the files.
-        let c = unsafe {
-            cache.load_with(
-                &model,
-                ("state-dict", 1, ""),
-                &LoadOptions::default(),
-                || {
-                    made += 1;
-                    Ok(StateDict { calls: 0 })
-                },
-            )
-        }
-        .unwrap();
+        let c = match unsafe { cache.lookup(&model, &id, &opts) }.unwrap() {
+            Lookup::Hit(c) => c,
+            Lookup::Miss(miss) => {
+                made += 1;
+                // SAFETY: as above.
+                unsafe { miss.store(&mut StateDict { calls: 0 }, &opts) }.unwrap()
+            }
+        };
         assert_eq!(c.report().outcome, expect);
         let md = c.weights().gguf_metadata().unwrap();
         assert_eq!(md.get_str("app.config").unwrap(), "{\"layers\": 1}");
@@ -498,6 +499,41 @@ fn load_with_stores_metadata_and_calls_make_only_on_a_miss() {
         );
     }
     assert_eq!(made, 1);
+}
+
+#[test]
+fn write_says_where_the_entry_is_or_why_there_is_none() {
+    let (dir, model, cache) = setup();
+    let id = TransformId::new("state-dict", 1);
+    let opts = LoadOptions::default();
+    // SAFETY: nothing changes the files.
+    let Lookup::Miss(miss) = (unsafe { cache.lookup(&model, &id, &opts) }.unwrap()) else {
+        panic!("an empty cache hit");
+    };
+    let mut contents = StateDict { calls: 0 };
+    let Written::Entry(path) = miss.write(&mut contents).unwrap() else {
+        panic!("not written");
+    };
+    assert_eq!(contents.calls, 1);
+    let w = Weights::load_streamed(&path, &opts).unwrap();
+    assert_eq!(
+        w.tensor("x").unwrap().view::<f32>().unwrap(),
+        &[1.0, 2.0, 3.0]
+    );
+    // A blocked directory: nothing written, and the contents stay the
+    // caller's.
+    let blocked = dir.path().join("file");
+    fs::write(&blocked, b"x").unwrap();
+    // SAFETY: as above.
+    let Lookup::Miss(miss) =
+        (unsafe { Cache::at(blocked.join("c")).lookup(&model, &id, &opts) }.unwrap())
+    else {
+        panic!("hit");
+    };
+    assert!(matches!(
+        miss.write(&mut contents).unwrap(),
+        Written::Bypassed(_)
+    ));
 }
 
 /// The child of the tests below: fills the cache named in the environment

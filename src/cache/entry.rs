@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::gguf::{OwnedValue, ValueType, Writer};
 use crate::loader::Weights;
 
-use super::key::{sample_ranges, SourceKey};
+use super::key::{sample_ranges, SourceKey, TransformId};
 use super::transform::{EntryContents, PlannedTensor};
 
 const KEY: &str = "weightmap.cache.key";
@@ -58,7 +58,7 @@ impl Layout {
     /// Lay out `contents` as an entry for `key`.
     pub(crate) fn plan(
         key: &SourceKey,
-        transform: (&str, u32),
+        transform: &TransformId,
         contents: &dyn EntryContents,
     ) -> Result<Layout> {
         let tensors = contents.tensors();
@@ -71,7 +71,7 @@ impl Layout {
             ranges: Vec::new(),
             len: 0,
             extra: contents.metadata(),
-            transform: (transform.0.to_owned(), transform.1),
+            transform: (transform.name.clone(), transform.version),
             created,
         };
         for t in &layout.tensors {

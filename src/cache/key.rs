@@ -24,16 +24,40 @@ pub(crate) const ENTRY_FORMAT: u32 = 1;
 /// How many bytes of each end of a tensor the fingerprint reads.
 pub(crate) const SAMPLE: u64 = 4096;
 
-/// What the transform is, as the caller names it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct TransformId {
+/// What keys a transform's entries: its name, its version (bumped whenever
+/// its output changes for the same input) and the machine facts its output
+/// depends on (CPU features, ...). weightmap adds the page size, the
+/// architecture and the OS itself.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TransformId {
+    /// The name.
     pub name: String,
+    /// The version.
     pub version: u32,
+    /// The machine facts, as one string (empty when there are none).
     pub machine: String,
+}
+
+impl TransformId {
+    /// `name` at `version`, depending on no machine fact.
+    pub fn new(name: impl Into<String>, version: u32) -> TransformId {
+        TransformId {
+            name: name.into(),
+            version,
+            machine: String::new(),
+        }
+    }
+
+    /// The same, depending on `facts`.
+    pub fn machine(mut self, facts: impl Into<String>) -> TransformId {
+        self.machine = facts.into();
+        self
+    }
 }
 
 /// A source file as a lookup sees it: its identity, its header, and the key
 /// of the entry that would hold `transform` of it.
+#[derive(Debug)]
 pub(crate) struct SourceKey {
     pub path: PathBuf,
     /// Every fact the key is made of, one `name=value` a line: stored in the

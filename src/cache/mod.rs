@@ -71,13 +71,14 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 pub use entry::EntryInfo;
+pub use key::TransformId;
 pub use report::{CacheBypass, CacheOutcome, CacheReport};
 pub use store::PruneReport;
 pub use transform::{EntryContents, PlannedTensor, Transform};
 
 use crate::error::Result;
 use crate::loader::{LoadOptions, Weights};
-use key::{SourceKey, TransformId};
+use key::SourceKey;
 
 /// A cache directory and its size limit. Cheap to make: nothing is read or
 /// created until a load needs it.
@@ -190,62 +191,70 @@ impl Cache {
         options: &LoadOptions,
     ) -> Result<Cached> {
         let source = source.as_ref();
-        let id = TransformId::from(transform);
         // SAFETY: the caller's contract, passed on.
-        let miss = match unsafe { self.lookup(source, &id, options)? } {
-            Lookup::Hit(cached) => return Ok(*cached),
+        let miss = match unsafe { self.lookup(source, &transform.id(), options)? } {
+            Lookup::Hit(cached) => return Ok(cached),
             Lookup::Miss(miss) => miss,
         };
         // SAFETY: the caller's contract covers the source.
         let src = unsafe { Weights::load(source, options)? };
         let mut contents = transform.contents(&src)?;
         // SAFETY: the caller's contract, passed on.
-        unsafe { self.store(miss, &id, &mut contents, options) }
+        unsafe { miss.store(&mut contents, options) }
     }
 
-    /// [`Cache::load`] for an entry that is not one output per source
-    /// tensor: `make` gives its [`EntryContents`] (the tensors of a whole
-    /// converted state dict with its configuration as metadata, say), and
-    /// is called only on a miss. `name`, `version` and `machine` key it as
-    /// a [`Transform`]'s do.
+    /// The entry of transform `id` of `source`, if the cache holds a valid
+    /// one: the first half of [`Cache::load`], for an entry that is not one
+    /// output per source tensor (a whole converted state dict with its
+    /// configuration as metadata, say). On a [`Lookup::Miss`], make its
+    /// [`EntryContents`] and hand them to [`Miss::store`] (or
+    /// [`Miss::write`], to keep them in memory when the cache cannot take
+    /// them).
+    ///
+    /// ```
+    /// use weightmap::cache::{Cache, EntryContents, Lookup, PlannedTensor, TransformId};
+    /// use weightmap::{gguf::Writer, LoadOptions, TensorType};
+    /// # fn main() -> weightmap::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let model = dir.path().join("model.gguf");
+    /// # let mut w = Writer::new(32);
+    /// # w.tensor("w", TensorType::F32, &[4], 2.0f32.to_le_bytes().repeat(4));
+    /// # w.write_with(std::fs::File::create(&model).unwrap(), |_, _| {}).unwrap();
+    /// struct Ones;
+    /// impl EntryContents for Ones {
+    ///     fn tensors(&self) -> Vec<PlannedTensor> {
+    ///         vec![PlannedTensor { name: "ones".into(), ty: TensorType::F32, ne: vec![2] }]
+    ///     }
+    ///     fn fill(&mut self, _: usize, dst: &mut [u8]) -> Result<(), String> {
+    ///         dst.copy_from_slice(&1.0f32.to_le_bytes().repeat(2));
+    ///         Ok(())
+    ///     }
+    /// }
+    /// let cache = Cache::at(dir.path().join("cache"));
+    /// let id = TransformId::new("ones", 1);
+    /// let opts = LoadOptions::default();
+    /// // SAFETY: nothing modifies the model or the entries meanwhile.
+    /// let cached = match unsafe { cache.lookup(&model, &id, &opts)? } {
+    ///     Lookup::Hit(cached) => cached,
+    ///     Lookup::Miss(miss) => unsafe { miss.store(&mut Ones, &opts)? },
+    /// };
+    /// assert_eq!(cached.weights().tensor("ones")?.view::<f32>()?, &[1.0, 1.0]);
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Safety
     /// As [`Cache::load`].
     ///
     /// # Errors
-    /// As [`Cache::load`], and whatever `make` returns.
-    pub unsafe fn load_with<C: EntryContents>(
+    /// The source's own (unreadable, invalid), and the entry's load's.
+    pub unsafe fn lookup(
         &self,
         source: impl AsRef<Path>,
-        (name, version, machine): (&str, u32, &str),
-        options: &LoadOptions,
-        make: impl FnOnce() -> Result<C>,
-    ) -> Result<Cached> {
-        let id = TransformId {
-            name: name.to_owned(),
-            version,
-            machine: machine.to_owned(),
-        };
-        // SAFETY: the caller's contract, passed on.
-        let miss = match unsafe { self.lookup(source.as_ref(), &id, options)? } {
-            Lookup::Hit(cached) => return Ok(*cached),
-            Lookup::Miss(miss) => miss,
-        };
-        let mut contents = make()?;
-        // SAFETY: the caller's contract, passed on.
-        unsafe { self.store(miss, &id, &mut contents, options) }
-    }
-
-    /// # Safety
-    /// As [`Cache::load`].
-    unsafe fn lookup(
-        &self,
-        source: &Path,
         id: &TransformId,
         options: &LoadOptions,
     ) -> Result<Lookup> {
         let started = Instant::now();
-        let key = SourceKey::of(source, id)?;
+        let key = SourceKey::of(source.as_ref(), id)?;
         let dir = self.usable_dir();
         let mut replaced = None;
         if let Ok(dir) = &dir {
@@ -261,7 +270,7 @@ impl Cache {
                         replaced: None,
                         elapsed: started.elapsed(),
                     };
-                    return Ok(Lookup::Hit(Box::new(Cached { weights, report })));
+                    return Ok(Lookup::Hit(Cached { weights, report }));
                 }
                 Ok(None) => {}
                 Err(problem) => replaced = Some(problem),
@@ -269,51 +278,12 @@ impl Cache {
         }
         Ok(Lookup::Miss(Miss {
             key,
+            id: id.clone(),
             dir,
+            max_size: self.max_size,
             replaced,
             started,
         }))
-    }
-
-    /// # Safety
-    /// As [`Cache::load`].
-    unsafe fn store(
-        &self,
-        miss: Miss,
-        id: &TransformId,
-        contents: &mut dyn EntryContents,
-        options: &LoadOptions,
-    ) -> Result<Cached> {
-        let layout = entry::Layout::plan(&miss.key, (&id.name, id.version), contents)?;
-        let written = match &miss.dir {
-            Ok(dir) => store::write_entry(dir, &miss.key, &layout, contents),
-            Err(why) => Err(store::Unwritten::Bypass(why.clone())),
-        };
-        let (weights, outcome, entry) = match written {
-            Ok(path) => {
-                // SAFETY: the caller's contract covers the cache's entries.
-                let weights = unsafe { store::open_written(&path, &miss.key.text, options)? };
-                if let Ok(dir) = &miss.dir {
-                    // Pruning is housekeeping: a failure leaves the cache
-                    // larger, never wrong.
-                    let _ = store::prune(dir, self.max_size, Some(&path));
-                }
-                (weights, CacheOutcome::Filled, Some(path))
-            }
-            Err(store::Unwritten::Failed(e)) => return Err(e),
-            Err(store::Unwritten::Bypass(why)) => {
-                let weights = store::in_memory(&miss.key, &layout, contents, options)?;
-                (weights, CacheOutcome::InMemory(why), None)
-            }
-        };
-        let report = CacheReport {
-            outcome,
-            entry,
-            key: miss.key.hash,
-            replaced: miss.replaced,
-            elapsed: miss.started.elapsed(),
-        };
-        Ok(Cached { weights, report })
     }
 
     /// The directory, created if missing, if it may be used.
@@ -380,17 +350,110 @@ impl Cache {
     }
 }
 
-enum Lookup {
-    Hit(Box<Cached>),
+/// What [`Cache::lookup`] found.
+#[derive(Debug)]
+// Made once per load and matched at once: its size does not matter.
+#[allow(clippy::large_enum_variant)]
+pub enum Lookup {
+    /// A valid entry, mapped.
+    Hit(Cached),
+    /// None: make the contents and store them.
     Miss(Miss),
 }
 
-/// What a lookup that found no usable entry knows.
-struct Miss {
+/// A lookup that found no usable entry: what storing one needs.
+#[derive(Debug)]
+pub struct Miss {
     key: SourceKey,
+    id: TransformId,
     dir: Result<PathBuf, CacheBypass>,
+    max_size: u64,
     replaced: Option<String>,
     started: Instant,
+}
+
+/// What [`Miss::write`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// The entry is in place, at this path: map it.
+    Entry(PathBuf),
+    /// The cache could not take it: keep the contents in memory.
+    Bypassed(CacheBypass),
+}
+
+impl Miss {
+    /// Why the entry that was there was not used, if there was one.
+    pub fn replaced(&self) -> Option<&str> {
+        self.replaced.as_deref()
+    }
+
+    /// Write `contents` as the entry, then load it with `options`; when the
+    /// cache cannot take it, build it in memory instead (held to the
+    /// memory budget). The report says which.
+    ///
+    /// # Safety
+    /// As [`Cache::load`].
+    ///
+    /// # Errors
+    /// The contents' ([`crate::Error::Transform`]), and the entry's load's.
+    pub unsafe fn store(
+        self,
+        contents: &mut dyn EntryContents,
+        options: &LoadOptions,
+    ) -> Result<Cached> {
+        let layout = entry::Layout::plan(&self.key, &self.id, contents)?;
+        let (weights, outcome, entry) = match self.write_planned(&layout, contents)? {
+            Written::Entry(path) => {
+                // SAFETY: the caller's contract covers the cache's entries.
+                let weights = unsafe { store::open_written(&path, &self.key.text, options)? };
+                (weights, CacheOutcome::Filled, Some(path))
+            }
+            Written::Bypassed(why) => {
+                let weights = store::in_memory(&self.key, &layout, contents, options)?;
+                (weights, CacheOutcome::InMemory(why), None)
+            }
+        };
+        let report = CacheReport {
+            outcome,
+            entry,
+            key: self.key.hash,
+            replaced: self.replaced,
+            elapsed: self.started.elapsed(),
+        };
+        Ok(Cached { weights, report })
+    }
+
+    /// Write `contents` as the entry, and say where, or why the cache could
+    /// not take them (then nothing is left behind, and the caller keeps
+    /// what it has in memory).
+    ///
+    /// # Errors
+    /// The contents' ([`crate::Error::Transform`]).
+    pub fn write(&self, contents: &mut dyn EntryContents) -> Result<Written> {
+        let layout = entry::Layout::plan(&self.key, &self.id, contents)?;
+        self.write_planned(&layout, contents)
+    }
+
+    fn write_planned(
+        &self,
+        layout: &entry::Layout,
+        contents: &mut dyn EntryContents,
+    ) -> Result<Written> {
+        let dir = match &self.dir {
+            Ok(dir) => dir,
+            Err(why) => return Ok(Written::Bypassed(why.clone())),
+        };
+        match store::write_entry(dir, &self.key, layout, contents) {
+            Ok(path) => {
+                // Pruning is housekeeping: a failure leaves the cache
+                // larger, never wrong.
+                let _ = store::prune(dir, self.max_size, Some(&path));
+                Ok(Written::Entry(path))
+            }
+            Err(store::Unwritten::Bypass(why)) => Ok(Written::Bypassed(why)),
+            Err(store::Unwritten::Failed(e)) => Err(e),
+        }
+    }
 }
 
 fn default_dir() -> Option<PathBuf> {

@@ -4,6 +4,8 @@
 //! tensor computed by a closure from the source's bytes.
 
 use crate::error::Result;
+
+use super::key::TransformId;
 use crate::gguf::OwnedValue;
 use crate::loader::Weights;
 use crate::tensor::TensorInfo;
@@ -68,7 +70,7 @@ type Apply<'a> = dyn Fn(&TensorInfo<'_>, &[u8], &mut [u8]) -> std::result::Resul
 ///     Ok(())
 /// })
 /// .select(|info| (info.ty == TensorType::F32).then(|| (TensorType::F32, info.ne())));
-/// assert_eq!(negate.name(), "negate");
+/// assert_eq!(negate.id().name, "negate");
 /// ```
 pub struct Transform<'a> {
     name: String,
@@ -115,19 +117,13 @@ impl<'a> Transform<'a> {
         self
     }
 
-    /// The name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The version.
-    pub fn version(&self) -> u32 {
-        self.version
-    }
-
-    /// The machine facts.
-    pub fn machine_facts(&self) -> &str {
-        &self.machine
+    /// What keys its entries: the name, version and machine facts.
+    pub fn id(&self) -> TransformId {
+        TransformId {
+            name: self.name.clone(),
+            version: self.version,
+            machine: self.machine.clone(),
+        }
     }
 
     /// This transform of `source`: the contents of its entry.
@@ -185,15 +181,5 @@ impl std::fmt::Debug for Transform<'_> {
             .field("version", &self.version)
             .field("machine", &self.machine)
             .finish_non_exhaustive()
-    }
-}
-
-impl From<&Transform<'_>> for super::key::TransformId {
-    fn from(t: &Transform<'_>) -> Self {
-        super::key::TransformId {
-            name: t.name.clone(),
-            version: t.version,
-            machine: t.machine.clone(),
-        }
     }
 }
