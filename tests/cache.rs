@@ -507,7 +507,8 @@ fn write_says_where_the_entry_is_or_why_there_is_none() {
     let id = TransformId::new("state-dict", 1);
     let opts = LoadOptions::default();
     // SAFETY: nothing changes the files.
-    let Lookup::Miss(miss) = (unsafe { cache.lookup(&model, &id, &opts) }.unwrap()) else {
+    let lookup = unsafe { cache.lookup(&model, &id, &opts) }.unwrap();
+    let Lookup::Miss(miss) = lookup else {
         panic!("an empty cache hit");
     };
     let mut contents = StateDict { calls: 0 };
@@ -525,9 +526,8 @@ fn write_says_where_the_entry_is_or_why_there_is_none() {
     let blocked = dir.path().join("file");
     fs::write(&blocked, b"x").unwrap();
     // SAFETY: as above.
-    let Lookup::Miss(miss) =
-        (unsafe { Cache::at(blocked.join("c")).lookup(&model, &id, &opts) }.unwrap())
-    else {
+    let lookup = unsafe { Cache::at(blocked.join("c")).lookup(&model, &id, &opts) }.unwrap();
+    let Lookup::Miss(miss) = lookup else {
         panic!("hit");
     };
     assert!(matches!(
