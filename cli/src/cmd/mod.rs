@@ -13,6 +13,7 @@ mod progress;
 mod sigbus;
 mod signals;
 mod touch;
+mod transform_cache;
 mod validate;
 
 use std::borrow::Cow;
@@ -53,6 +54,9 @@ enum Command {
     Bench(bench::Args),
     /// Write a deterministic synthetic llama-shaped model.
     Gen(gen::Args),
+    /// List, verify, prune or clear the cache of transformed tensors.
+    #[command(long_about = transform_cache::LONG_ABOUT)]
+    Cache(transform_cache::Args),
     /// Read a whole file into memory with one read (bench's baseline).
     #[command(hide = true, name = "read-baseline")]
     ReadBaseline(baseline::Args),
@@ -70,6 +74,7 @@ pub fn main() -> ExitCode {
         Command::Load(a) => load::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Gen(a) => gen::run(a),
+        Command::Cache(a) => transform_cache::run(a),
         Command::ReadBaseline(a) => baseline::run(a),
     };
     match result {
