@@ -6,7 +6,8 @@
  *  - NULL pointers, bad indices and bad options are errors, not crashes;
  *    no Rust panic crosses this boundary (WM_ERR_INTERNAL instead).
  *  - Every pointer handed out (tensor names and data, strings, the
- *    fallback reason) stays valid until wm_free() of its wm_weights.
+ *    fallback reason, the cache report's strings) stays valid until
+ *    wm_free() of its wm_weights.
  *  - A wm_weights is immutable and safe to read from many threads at
  *    once; wm_free() must not race with any other use of it.
  *  - Tensor data is read-only (in mmap mode it is a read-only mapping).
@@ -83,6 +84,13 @@
 #define WM_ERR_CANCELLED 10
 
 /**
+ * A transform given to [`wm_cache_load`] failed: its `apply` callback
+ * returned nonzero, or its `select` callback chose an output that cannot
+ * be stored (no such ggml type, a bad shape).
+ */
+#define WM_ERR_TRANSFORM 11
+
+/**
  * `wm_options.mode`: map the file read-only and point tensors at it
  * (the default). A tensor whose address is not aligned for the buffer is
  * copied into an owned buffer and the rest stay mapped (hybrid placement).
@@ -102,7 +110,26 @@
 #define WM_MODE_MMAP_ALL 2
 
 /**
- * Loaded weights: opaque. Made by [`wm_load`], released by [`wm_free`].
+ * `wm_cache_report.outcome`: a valid entry was mapped; nothing was
+ * transformed and no callback was called.
+ */
+#define WM_CACHE_HIT 0
+
+/**
+ * `wm_cache_report.outcome`: there was no valid entry; the transform ran
+ * into a new one, which is now mapped (and serves every later load).
+ */
+#define WM_CACHE_FILLED 1
+
+/**
+ * `wm_cache_report.outcome`: the cache could not be used (`reason` says
+ * why); the transform ran into memory, as it would without a cache.
+ */
+#define WM_CACHE_IN_MEMORY 2
+
+/**
+ * Loaded weights: opaque. Made by [`wm_load`] (or [`wm_cache_load`]),
+ * released by [`wm_free`].
  * Immutable once made; safe to read from many threads at once.
  */
 typedef struct wm_weights wm_weights;
@@ -176,6 +203,103 @@ typedef struct wm_tensor {
  * resident for the call. Return 0 to go on, anything else to stop the pass.
  */
 typedef int (*wm_pass_fn)(void *ctx, uint64_t i, const struct wm_tensor *t);
+
+/**
+ * What a transform's `select` callback is called with, once for each
+ * source tensor on a miss: `user` as given, the source tensor's
+ * description (`src->data` is NULL: its bytes are not read yet), and its
+ * ggml type and `ne[4]` in `*ggml_type` and `ne`, which the callback may
+ * change to those of the output. Return nonzero to put the tensor in the
+ * entry, as `*ggml_type` and `ne` then say; 0 to leave it out (the runtime
+ * takes it from the source).
+ */
+typedef int (*wm_select_fn)(void *user, const struct wm_tensor *src, int32_t *ggml_type, int64_t *ne);
+
+/**
+ * What a transform's `apply` callback is called with, once for each tensor
+ * `select` kept, in file order, on a miss: `user` as given, the source
+ * tensor (`src->data` holds its `src->nbytes` bytes, read-only), and the
+ * output's `dst_size` bytes, zeroed, to fill. Return 0 on success; anything
+ * else fails the load with [`WM_ERR_TRANSFORM`] and nothing is
+ * stored. When the cache cannot take the entry, a tensor's `apply` may be
+ * called a second time, into memory.
+ */
+typedef int (*wm_apply_fn)(void *user, const struct wm_tensor *src, void *dst, size_t dst_size);
+
+/**
+ * A transform of a model's tensors, one at a time, for
+ * [`wm_cache_load`]. An entry is keyed by `name`, `version` and `machine`
+ * (and by the source's identity and a fingerprint of its bytes): bump
+ * `version` whenever the output changes for the same input, and name in
+ * `machine` every fact of the machine the output depends on (the CPU
+ * features a repack targets). weightmap adds the page size, the
+ * architecture and the OS itself.
+ */
+typedef struct wm_transform {
+  /**
+   * The transform's name, NUL-terminated UTF-8 (required).
+   */
+  const char *name;
+  /**
+   * Its version.
+   */
+  uint32_t version;
+  /**
+   * The machine facts its output depends on, NUL-terminated UTF-8; NULL
+   * for none.
+   */
+  const char *machine;
+  /**
+   * Which tensors, as what; NULL: every tensor, keeping its type and
+   * shape (a repack).
+   */
+  wm_select_fn select;
+  /**
+   * The transform of one tensor (required).
+   */
+  wm_apply_fn apply;
+  /**
+   * Passed to both callbacks as it is.
+   */
+  void *user;
+} wm_transform;
+
+/**
+ * What [`wm_cache_load`] did. Its strings are NUL-terminated and stay
+ * valid until [`wm_free`] of the weights it came with.
+ */
+typedef struct wm_cache_report {
+  /**
+   * [`WM_CACHE_HIT`], [`WM_CACHE_FILLED`] or [`WM_CACHE_IN_MEMORY`].
+   */
+  uint32_t outcome;
+  /**
+   * Why the cache could not be used, as a stable name
+   * (`"no_directory"`, `"unsupported"`, `"unsafe_directory"`,
+   * `"read_only"`, `"no_space"`, `"source_changed"`, `"io"`); NULL
+   * unless the outcome is [`WM_CACHE_IN_MEMORY`].
+   */
+  const char *reason;
+  /**
+   * The whole report as a sentence ("cached: mapped PATH", "not cached
+   * (WHY): transformed in memory", ...).
+   */
+  const char *message;
+  /**
+   * The entry's file; NULL in memory.
+   */
+  const char *entry;
+  /**
+   * Why an entry that was there was not used and was replaced (a
+   * checksum that did not match, ...); NULL when none was.
+   */
+  const char *replaced;
+  /**
+   * Wall time of the whole load (lookup, transform and writes), in
+   * nanoseconds.
+   */
+  uint64_t elapsed_ns;
+} wm_cache_report;
 
 #ifdef __cplusplus
 extern "C" {
@@ -440,6 +564,54 @@ int wm_meta_array_str(const struct wm_weights *w,
  * weightmap's version, e.g. `"0.1.0"`: a static string.
  */
 const char *wm_version(void);
+
+/**
+ * The transform of `wm_cache_load` (`source` in mmap mode unless `opts`
+ * say otherwise; NULL `opts` = [`wm_options_default`]) from the cache in
+ * `cache_dir`, in `*out` (NULL on failure): the tensors of a valid entry,
+ * mapped; else `t` run into a new entry, which is then mapped; else, when
+ * the cache cannot be written (read-only, full, another user's), `t` run
+ * into memory. The weights work with every `wm_*` call, and
+ * `weightmap-ggml.h` places them like any; they hold only the tensors
+ * `select` kept. `*report` (when `report` is not NULL) says which, and
+ * why.
+ *
+ * `cache_dir` NULL is the user's cache: `$WEIGHTMAP_CACHE_DIR`, else
+ * `$XDG_CACHE_HOME/weightmap`, else `~/.cache/weightmap` (Windows:
+ * `%LOCALAPPDATA%\weightmap`), held to `$WEIGHTMAP_CACHE_MAX_SIZE` bytes
+ * (default 16 GiB). A directory given is created if missing and held to
+ * the default size. The least recently used entries are pruned after each
+ * fill. A directory another user can write is refused (in memory, reason
+ * `"unsafe_directory"`).
+ *
+ * A hit reads the source's header and a few KiB of each tensor, and calls
+ * no callback. A stale entry (the source rewritten, another transform
+ * name, version or machine facts) is never used.
+ *
+ * Returns [`WM_OK`]; [`WM_ERR_BAD_ARGUMENT`] (NULL `source_path`,
+ * `t`, `t->name`, `t->apply` or `out`; bad options);
+ * [`WM_ERR_TRANSFORM`] (a callback failed, or chose an output that
+ * cannot be stored: nothing is stored then); the source's own
+ * ([`WM_ERR_IO`], [`WM_ERR_INVALID_FILE`]);
+ * [`WM_ERR_NO_MEMORY`] (in memory, over the budget). Never the
+ * cache's: a cache that cannot serve is [`WM_CACHE_IN_MEMORY`].
+ *
+ * # Safety
+ * `cache_dir` and `source_path` are NULL or NUL-terminated strings; `t` is
+ * NULL or points to a `wm_transform` whose callbacks may be called with
+ * its `user` from this thread during the call; `opts` is NULL or points to
+ * a `wm_options`; `out` is NULL or valid for writing a pointer; `report` is
+ * NULL or valid for writing a `wm_cache_report`. As for
+ * [`wm_load`], neither the source nor the cache's entries may be
+ * modified or truncated until [`wm_free`] (weightmap only ever
+ * renames a whole entry over another, which leaves a mapping intact).
+ */
+int wm_cache_load(const char *cache_dir,
+                  const char *source_path,
+                  const struct wm_transform *t,
+                  const struct wm_options *opts,
+                  struct wm_weights **out,
+                  struct wm_cache_report *report);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -12,7 +12,7 @@
 //!   crashes. No Rust panic crosses the boundary: each entry point runs
 //!   under `catch_unwind` and a caught panic is [`WM_ERR_INTERNAL`].
 //! - Every pointer handed out (tensor names, tensor data, strings, the
-//!   fallback reason) stays valid until [`wm_free`] of the `wm_weights` it
+//!   fallback reason, the cache report's strings) stays valid until [`wm_free`] of the `wm_weights` it
 //!   came from. Strings are NUL-terminated; where a length is returned too,
 //!   the length is authoritative (a GGUF string may hold NUL bytes).
 //! - A `wm_weights` is immutable once loaded and safe to read from many
@@ -33,6 +33,9 @@ use std::sync::{Arc, Mutex};
 use weightmap::buffer::CpuBufferType;
 use weightmap::gguf::Value;
 use weightmap::{Error, ErrorKind, LoadMode, LoadOptions, Weights};
+
+mod cache;
+pub use cache::*;
 
 // ---- return codes -----------------------------------------------------------
 
@@ -59,6 +62,10 @@ pub const WM_ERR_UNSUPPORTED: c_int = 8;
 pub const WM_ERR_INTERNAL: c_int = 9;
 /// The caller cancelled the operation (from a progress callback).
 pub const WM_ERR_CANCELLED: c_int = 10;
+/// A transform given to [`wm_cache_load`] failed: its `apply` callback
+/// returned nonzero, or its `select` callback chose an output that cannot
+/// be stored (no such ggml type, a bad shape).
+pub const WM_ERR_TRANSFORM: c_int = 11;
 
 // ---- load modes ---------------------------------------------------------------
 
@@ -75,7 +82,8 @@ pub const WM_MODE_MMAP_ALL: u32 = 2;
 
 // ---- types ----------------------------------------------------------------------
 
-/// Loaded weights: opaque. Made by [`wm_load`], released by [`wm_free`].
+/// Loaded weights: opaque. Made by [`wm_load`] (or [`wm_cache_load`]),
+/// released by [`wm_free`].
 /// Immutable once made; safe to read from many threads at once.
 pub struct wm_weights {
     weights: Weights,
@@ -88,6 +96,8 @@ pub struct wm_weights {
     /// NUL-terminated copies of metadata strings handed out, so that each
     /// pointer stays valid (and the same) until `wm_free`.
     strings: Mutex<StringCache>,
+    /// What the cache did, for weights from [`wm_cache_load`].
+    cache: Option<cache::ReportStrings>,
 }
 
 /// NUL-terminated strings, each in its own allocation so that a pointer to
@@ -167,9 +177,13 @@ impl From<Error> for Fail {
     }
 }
 
-/// The return code for a library error.
-/// One code per [`ErrorKind`].
+/// The return code for a library error: one code per [`ErrorKind`], but
+/// for a failed transform, which is the caller's callback and not a bad
+/// argument to a call.
 fn code_of(e: &Error) -> c_int {
+    if matches!(e, Error::Transform { .. }) {
+        return WM_ERR_TRANSFORM;
+    }
     match e.kind() {
         ErrorKind::InvalidFile => WM_ERR_INVALID_FILE,
         ErrorKind::Io => WM_ERR_IO,
@@ -406,6 +420,7 @@ fn build(weights: Weights) -> Result<wm_weights, Fail> {
         names,
         fallback,
         strings: Mutex::new(StringCache::default()),
+        cache: None,
     })
 }
 
@@ -656,7 +671,21 @@ fn tensor_of(w: &wm_weights, i: u64) -> Result<weightmap::TensorRef<'_>, Fail> {
 
 fn describe(w: &wm_weights, i: usize) -> Result<wm_tensor, Fail> {
     let t = tensor_of(w, i as u64)?;
-    let info = t.info();
+    let bytes = t.host_bytes().ok_or_else(|| {
+        Fail::new(
+            WM_ERR_INTERNAL,
+            format!("tensor '{}' is not in host memory", t.name()),
+        )
+    })?;
+    describe_info(&t.info(), w.names[i].as_ptr().cast(), bytes.as_ptr().cast())
+}
+
+/// `info` as a `wm_tensor` whose name is at `name` and bytes at `data`.
+fn describe_info(
+    info: &weightmap::TensorInfo<'_>,
+    name: *const c_char,
+    data: *const c_void,
+) -> Result<wm_tensor, Fail> {
     let dims = info.ne();
     if dims.len() > 4 {
         return Err(Fail::new(
@@ -685,14 +714,8 @@ fn describe(w: &wm_weights, i: usize) -> Result<wm_tensor, Fail> {
     for k in 2..4 {
         nb[k] = nb[k - 1].saturating_mul(ne[k - 1] as u64);
     }
-    let bytes = t.host_bytes().ok_or_else(|| {
-        Fail::new(
-            WM_ERR_INTERNAL,
-            format!("tensor '{}' is not in host memory", info.name),
-        )
-    })?;
     Ok(wm_tensor {
-        name: w.names[i].as_ptr().cast(),
+        name,
         ggml_type: ty
             .ggml_id()
             .and_then(|id| i32::try_from(id).ok())
@@ -700,7 +723,7 @@ fn describe(w: &wm_weights, i: usize) -> Result<wm_tensor, Fail> {
         n_dims: dims.len() as i32,
         ne,
         nb,
-        data: bytes.as_ptr().cast(),
+        data,
         nbytes: info.nbytes,
         file_offset: info.file_offset,
     })

@@ -4,6 +4,7 @@ use std::ffi::{CStr, CString};
 use std::ptr::{null, null_mut};
 
 use super::*;
+use weightmap::TensorType;
 
 fn fixture(name: &str) -> CString {
     CString::new(format!("{}/../testdata/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
@@ -18,6 +19,7 @@ fn last_error() -> String {
 }
 
 /// Loaded weights that `wm_free` releases on drop.
+#[derive(Debug)]
 struct Loaded(*mut wm_weights);
 
 impl Drop for Loaded {
@@ -727,4 +729,357 @@ fn a_budget_given_from_c_refuses_the_copy_unless_told_to_go_ahead() {
     };
     assert_eq!(rc, WM_ERR_BAD_ARGUMENT);
     assert!(msg.contains("ignore_budget"), "{msg}");
+}
+
+// ---- the transform cache (wm_cache_load) ------------------------------------
+
+/// What the C callbacks below are given as `user`: how often each ran, and
+/// how they should misbehave.
+#[derive(Default)]
+struct Calls {
+    select: u32,
+    apply: u32,
+    /// Nonzero: `apply` returns it.
+    fail_with: c_int,
+    /// `select` chooses a ggml type that does not exist for Q8_0.
+    bad_type: bool,
+}
+
+const Q4_0: i32 = 2;
+const Q8_0: i32 = 8;
+
+/// Q4_0 and Q8_0 tensors become F32 of the same shape; the rest are left out.
+unsafe extern "C" fn dequant_select(
+    user: *mut c_void,
+    src: *const wm_tensor,
+    ggml_type: *mut i32,
+    _ne: *mut i64,
+) -> c_int {
+    // SAFETY: `user` is the test's `Calls`; `src` and `ggml_type` are valid
+    // for the call, as `wm_select_fn` promises.
+    let (calls, src) = unsafe { (&mut *user.cast::<Calls>(), &*src) };
+    calls.select += 1;
+    if src.ggml_type != Q4_0 && src.ggml_type != Q8_0 {
+        return 0;
+    }
+    let ty = if calls.bad_type && src.ggml_type == Q8_0 {
+        999
+    } else {
+        0
+    };
+    // SAFETY: as above.
+    unsafe { ggml_type.write(ty) };
+    1
+}
+
+/// Dequantizes `src` to F32 (or copies it, for an F32 source: a repack
+/// that changes nothing).
+unsafe extern "C" fn dequant_apply(
+    user: *mut c_void,
+    src: *const wm_tensor,
+    dst: *mut c_void,
+    dst_size: usize,
+) -> c_int {
+    // SAFETY: `user` is the test's `Calls`; `src`, its data and `dst` are
+    // valid for the call, as `wm_apply_fn` promises.
+    let (calls, src, dst) = unsafe {
+        (
+            &mut *user.cast::<Calls>(),
+            &*src,
+            std::slice::from_raw_parts_mut(dst.cast::<u8>(), dst_size),
+        )
+    };
+    calls.apply += 1;
+    if calls.fail_with != 0 {
+        return calls.fail_with;
+    }
+    // SAFETY: as above.
+    let bytes = unsafe { std::slice::from_raw_parts(src.data.cast::<u8>(), src.nbytes as usize) };
+    if bytes.len() == dst.len() {
+        dst.copy_from_slice(bytes);
+        return 0;
+    }
+    let ty = TensorType::from_ggml_id(src.ggml_type as u32).unwrap();
+    match weightmap::quant::dequantize_to_vec(ty, bytes) {
+        Ok(v) if v.len() * 4 == dst.len() => {
+            for (d, x) in dst.chunks_exact_mut(4).zip(v) {
+                d.copy_from_slice(&x.to_le_bytes());
+            }
+            0
+        }
+        _ => 1,
+    }
+}
+
+fn dequant_transform(calls: &mut Calls) -> wm_transform {
+    wm_transform {
+        name: c"dequant-f32".as_ptr(),
+        version: 1,
+        machine: null(),
+        select: Some(dequant_select),
+        apply: Some(dequant_apply),
+        user: (calls as *mut Calls).cast(),
+    }
+}
+
+fn cache_load(
+    dir: &std::path::Path,
+    source: &CStr,
+    t: &wm_transform,
+) -> Result<(Loaded, wm_cache_report), (c_int, String)> {
+    let dir = CString::new(dir.to_str().unwrap()).unwrap();
+    let mut out = null_mut();
+    let mut report = std::mem::MaybeUninit::<wm_cache_report>::uninit();
+    // SAFETY: valid C strings, transform, out and report pointers; the
+    // test's files are its own and nothing changes them.
+    let rc = unsafe {
+        wm_cache_load(
+            dir.as_ptr(),
+            source.as_ptr(),
+            t,
+            null(),
+            &mut out,
+            report.as_mut_ptr(),
+        )
+    };
+    if rc == WM_OK {
+        assert!(!out.is_null());
+        // SAFETY: WM_OK means the report was written.
+        Ok((Loaded(out), unsafe { report.assume_init() }))
+    } else {
+        assert!(out.is_null(), "a failed load leaves NULL in *out");
+        Err((rc, last_error()))
+    }
+}
+
+fn c_text_of(p: *const c_char) -> Option<String> {
+    // SAFETY: a report's strings are C strings while its weights live.
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// The Q4_0 and Q8_0 tensors of quant-types.gguf, dequantized by the
+/// library without any cache: what the entry must hold.
+fn dequantized_in_memory() -> Vec<(String, Vec<u8>)> {
+    let path = fixture("quant-types.gguf");
+    let w = Weights::load_streamed(path.to_str().unwrap(), &LoadOptions::default()).unwrap();
+    w.tensors()
+        .filter(|t| matches!(t.info().ty, TensorType::Q4_0 | TensorType::Q8_0))
+        .map(|t| {
+            let v = t.to_f32_vec().unwrap();
+            let bytes = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+            (t.name().to_owned(), bytes)
+        })
+        .collect()
+}
+
+/// `w` holds `want`'s tensors as F32, each in the entry's mapping when
+/// `mapped`.
+fn assert_holds(w: &Loaded, want: &[(String, Vec<u8>)], mapped: bool) {
+    // SAFETY: live weights.
+    assert_eq!(unsafe { wm_tensor_count(w.0) }, want.len() as u64);
+    for (name, bytes) in want {
+        let t = tensor(w, name).unwrap();
+        assert_eq!(t.ggml_type, 0, "{name} is F32 in the entry");
+        assert!(
+            bytes_of(&t) == bytes.as_slice(),
+            "{name}: not the transform's bytes"
+        );
+        if mapped {
+            let mut m = -1;
+            // SAFETY: live weights, an int to write.
+            assert_eq!(
+                unsafe { wm_tensor_is_mapped(w.0, w_index(w, name), &mut m) },
+                WM_OK
+            );
+            assert_eq!(m, 1, "{name} is in the entry's mapping");
+        }
+    }
+}
+
+fn w_index(w: &Loaded, name: &str) -> u64 {
+    // SAFETY: live weights.
+    let n = unsafe { wm_tensor_count(w.0) };
+    (0..n)
+        .find(|&i| {
+            let mut t = std::mem::MaybeUninit::<wm_tensor>::uninit();
+            // SAFETY: live weights, room for a wm_tensor; names are C
+            // strings while the weights live.
+            unsafe {
+                wm_tensor_at(w.0, i, t.as_mut_ptr()) == WM_OK
+                    && CStr::from_ptr(t.assume_init().name).to_str() == Ok(name)
+            }
+        })
+        .unwrap()
+}
+
+#[test]
+fn the_cache_fills_then_hits_with_c_callbacks_and_holds_the_transform_s_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let want = dequantized_in_memory();
+    assert_eq!(
+        want.len(),
+        2,
+        "quant-types.gguf has one Q4_0 and one Q8_0 tensor"
+    );
+    let mut calls = Calls::default();
+    let t = dequant_transform(&mut calls);
+    let source = fixture("quant-types.gguf");
+
+    let (w, r) = cache_load(dir.path(), &source, &t).unwrap();
+    assert_eq!(r.outcome, WM_CACHE_FILLED);
+    assert!(r.reason.is_null() && r.replaced.is_null());
+    let entry = c_text_of(r.entry).unwrap();
+    assert!(entry.starts_with(dir.path().to_str().unwrap()), "{entry}");
+    assert!(std::path::Path::new(&entry).is_file());
+    assert!(c_text_of(r.message).unwrap().contains("transformed into"));
+    assert_holds(&w, &want, true);
+    assert_eq!((calls.select, calls.apply), (25, 2));
+    drop(w);
+
+    let (w, r) = cache_load(dir.path(), &source, &t).unwrap();
+    assert_eq!(r.outcome, WM_CACHE_HIT);
+    assert_eq!(c_text_of(r.entry).unwrap(), entry);
+    assert!(c_text_of(r.message).unwrap().contains("mapped"));
+    assert_holds(&w, &want, true);
+    assert_eq!((calls.select, calls.apply), (25, 2), "a hit calls nothing");
+}
+
+#[test]
+fn without_select_every_tensor_keeps_its_type_and_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut calls = Calls::default();
+    let t = wm_transform {
+        select: None,
+        ..dequant_transform(&mut calls)
+    };
+    let (w, r) = cache_load(dir.path(), &fixture("tiny-llama.gguf"), &t).unwrap();
+    assert_eq!(r.outcome, WM_CACHE_FILLED);
+    let src = load("tiny-llama.gguf", None).unwrap();
+    // SAFETY: live weights.
+    assert_eq!(unsafe { wm_tensor_count(w.0) }, 12);
+    assert_eq!(calls.apply, 12);
+    for name in [
+        "token_embd.weight",
+        "blk.0.attn_q.weight",
+        "test.f32_3d",
+        "test.empty",
+    ] {
+        let (a, b) = (tensor(&w, name).unwrap(), tensor(&src, name).unwrap());
+        assert_eq!(
+            (a.ggml_type, a.n_dims, a.ne, a.nb),
+            (b.ggml_type, b.n_dims, b.ne, b.nb)
+        );
+        assert_eq!(bytes_of(&a), bytes_of(&b), "{name}");
+    }
+}
+
+fn entries_in(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |d| {
+        d.filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().ends_with(".gguf")
+        })
+        .count()
+    })
+}
+
+#[test]
+fn a_failing_callback_is_a_transform_error_and_stores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = fixture("quant-types.gguf");
+    let mut calls = Calls {
+        fail_with: 7,
+        ..Calls::default()
+    };
+    let t = dequant_transform(&mut calls);
+    let (rc, msg) = cache_load(dir.path(), &source, &t).unwrap_err();
+    assert_eq!(rc, WM_ERR_TRANSFORM);
+    assert!(
+        msg.contains("quant.q4_0") && msg.contains("dequant-f32") && msg.contains("returned 7"),
+        "{msg}"
+    );
+    assert_eq!(entries_in(dir.path()), 0);
+
+    let mut calls = Calls {
+        bad_type: true,
+        ..Calls::default()
+    };
+    let t = dequant_transform(&mut calls);
+    let (rc, msg) = cache_load(dir.path(), &source, &t).unwrap_err();
+    assert_eq!(rc, WM_ERR_TRANSFORM);
+    assert!(msg.contains("quant.q8_0") && msg.contains("999"), "{msg}");
+    assert_eq!(entries_in(dir.path()), 0);
+
+    // Nothing was stored: the next load fills.
+    let mut calls = Calls::default();
+    let t = dequant_transform(&mut calls);
+    let (_, r) = cache_load(dir.path(), &source, &t).unwrap();
+    assert_eq!(r.outcome, WM_CACHE_FILLED);
+}
+
+#[test]
+fn a_cache_that_cannot_be_used_transforms_in_memory_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let mut calls = Calls::default();
+    let t = dequant_transform(&mut calls);
+    let (w, r) = cache_load(&file.join("cache"), &fixture("quant-types.gguf"), &t).unwrap();
+    assert_eq!(r.outcome, WM_CACHE_IN_MEMORY);
+    assert_eq!(c_text_of(r.reason).as_deref(), Some("io"));
+    assert!(r.entry.is_null());
+    assert!(c_text_of(r.message).unwrap().starts_with("not cached"));
+    assert_holds(&w, &dequantized_in_memory(), false);
+}
+
+#[test]
+fn cache_load_refuses_null_and_bad_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = CString::new(dir.path().to_str().unwrap()).unwrap();
+    let source = fixture("quant-types.gguf");
+    let mut calls = Calls::default();
+    let good = dequant_transform(&mut calls);
+    let mut out = null_mut();
+    let call = |t: *const wm_transform, src: *const c_char, o: *const wm_options, out| {
+        // SAFETY: NULL or valid pointers, as the contract allows.
+        let rc = unsafe { wm_cache_load(d.as_ptr(), src, t, o, out, null_mut()) };
+        (rc, last_error())
+    };
+    let bad = |rc: c_int, msg: &str, what: &str| {
+        assert_eq!(rc, WM_ERR_BAD_ARGUMENT, "{what}: {msg}");
+        assert!(msg.contains(what), "{msg} names {what}");
+    };
+    let (rc, msg) = call(&good, source.as_ptr(), null(), null_mut());
+    bad(rc, &msg, "out");
+    let (rc, msg) = call(&good, null(), null(), &mut out);
+    bad(rc, &msg, "source_path");
+    let (rc, msg) = call(null(), source.as_ptr(), null(), &mut out);
+    bad(rc, &msg, "transform");
+    let no_name = wm_transform {
+        name: null(),
+        ..good
+    };
+    let (rc, msg) = call(&no_name, source.as_ptr(), null(), &mut out);
+    bad(rc, &msg, "wm_transform.name");
+    let bad_name = wm_transform {
+        name: c"\xff".as_ptr(),
+        ..good
+    };
+    let (rc, msg) = call(&bad_name, source.as_ptr(), null(), &mut out);
+    bad(rc, &msg, "UTF-8");
+    let no_apply = wm_transform {
+        apply: None,
+        ..good
+    };
+    let (rc, msg) = call(&no_apply, source.as_ptr(), null(), &mut out);
+    bad(rc, &msg, "wm_transform.apply");
+    let (rc, msg) = call(&good, source.as_ptr(), &opts(9, 1, 0), &mut out);
+    bad(rc, &msg, "mode");
+    assert!(out.is_null());
+
+    let missing = c"/nonexistent/model.gguf";
+    let (rc, msg) = call(&good, missing.as_ptr(), null(), &mut out);
+    assert_eq!(rc, WM_ERR_IO, "{msg}");
+    assert_eq!((calls.select, calls.apply), (0, 0));
+    assert_eq!(entries_in(dir.path()), 0);
 }

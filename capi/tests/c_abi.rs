@@ -320,6 +320,17 @@ fn c_program_checks_fixtures_and_error_paths() {
         hex(misaligned.to_str().unwrap().as_bytes())
     )
     .unwrap();
+    // Each run (plain, then ASan) fills its own cache.
+    let cache = |name: &str| {
+        let d = dir.path().join(name);
+        format!(
+            "CACHE {} {}\n",
+            hex(d.to_str().unwrap().as_bytes()),
+            u8::from(!tc.cross)
+        )
+    };
+    let expect_asan = format!("{expect}{}END\n", cache("cache-asan"));
+    expect.push_str(&cache("cache"));
     expect.push_str("END\n");
     let path = dir.path().join("expect.txt");
     std::fs::write(&path, &expect).unwrap();
@@ -352,6 +363,8 @@ fn c_program_checks_fixtures_and_error_paths() {
         ));
         return;
     }
+    let path = dir.path().join("expect-asan.txt");
+    std::fs::write(&path, &expect_asan).unwrap();
     let out = build_and_run(&tc, dir.path(), &path, true).unwrap_or_else(|e| panic!("{e}"));
     print!("under ASan: {out}");
 }

@@ -14,6 +14,9 @@
  *   A <key> <len>                   wm_meta_array_len
  *   AS <key> <index> <bytes>        wm_meta_array_str
  *   MISALIGNED <path>               a GGUF whose tensors are 8-aligned only
+ *   CACHE <dir> <cached>            an empty directory for wm_cache_load;
+ *                                   cached 0 where the target may not map
+ *                                   entries (it may then run in memory)
  *   END
  *
  * Tensor bytes are compared with the file's own bytes, read with stdio.
@@ -272,6 +275,122 @@ static void check_errors(const char *good, const char *misaligned) {
     CHECK(strstr(err(), "not aligned to 32") != NULL, "message: %s", err());
 }
 
+/* The transform cache's test transform: every F32 tensor, negated; the
+ * rest left out. `user` counts the calls and may make apply fail. */
+struct negate {
+    int selects, applies, fail_with;
+};
+
+static int negate_select(void *user, const wm_tensor *src, int32_t *ggml_type, int64_t *ne) {
+    struct negate *n = user;
+    n->selects++;
+    (void)ne;
+    return src->ggml_type == 0 && *ggml_type == 0;
+}
+
+static int negate_apply(void *user, const wm_tensor *src, void *dst, size_t dst_size) {
+    struct negate *n = user;
+    n->applies++;
+    if (n->fail_with) return n->fail_with;
+    if (dst_size != src->nbytes) return -1;
+    const float *in = src->data;
+    float *out = dst;
+    for (size_t i = 0; i < dst_size / sizeof(float); i++) out[i] = -in[i];
+    return 0;
+}
+
+/* Every tensor of `cached` is the transform of `source`'s, done here in
+ * memory; `cached` holds exactly the tensors select kept. */
+static void check_cached_bytes(const wm_weights *cached, const wm_weights *source, wm_transform *t,
+                               const char *label) {
+    uint64_t kept = 0;
+    for (uint64_t i = 0; i < wm_tensor_count(source); i++) {
+        wm_tensor s, c;
+        int32_t type;
+        int64_t ne[4];
+        if (wm_tensor_at(source, i, &s) != WM_OK) { CHECK(0, "%s: source tensor %" PRIu64, label, i); return; }
+        type = s.ggml_type;
+        memcpy(ne, s.ne, sizeof ne);
+        struct negate scratch = {0, 0, 0};
+        if (!t->select(&scratch, &s, &type, ne)) {
+            CHECK(wm_tensor_by_name(cached, s.name, &c) == WM_ERR_NOT_FOUND, "%s: %s left out", label, s.name);
+            continue;
+        }
+        kept++;
+        int rc = wm_tensor_by_name(cached, s.name, &c);
+        CHECK(rc == WM_OK, "%s: %s: %s", label, s.name, err());
+        if (rc != WM_OK) continue;
+        void *want = malloc(s.nbytes ? s.nbytes : 1);
+        if (!want) abort();
+        CHECK(t->apply(&scratch, &s, want, s.nbytes) == 0, "%s: in-memory apply of %s", label, s.name);
+        CHECK(c.ggml_type == type && memcmp(c.ne, ne, sizeof ne) == 0 && c.nbytes == s.nbytes,
+              "%s: %s has the type and shape select chose", label, s.name);
+        CHECK(memcmp(c.data, want, s.nbytes) == 0, "%s: %s is not the transform's bytes", label, s.name);
+        free(want);
+    }
+    CHECK(kept > 0 && wm_tensor_count(cached) == kept, "%s: %" PRIu64 " tensors, %" PRIu64 " kept", label,
+          wm_tensor_count(cached), kept);
+}
+
+/* wm_cache_load with a C transform: a fill, then a hit that calls nothing,
+ * both holding the transform's bytes; a failing callback; bad arguments. */
+static void check_cache(const char *good, const char *dir, int cached) {
+    wm_weights *source = NULL, *w = NULL;
+    if (wm_load(good, NULL, &source) != WM_OK) { CHECK(0, "load %s: %s", good, err()); return; }
+    struct negate n = {0, 0, 0};
+    wm_transform t = {"negate-f32", 1, "capi_test", negate_select, negate_apply, &n};
+    wm_cache_report r;
+
+    int rc = wm_cache_load(dir, good, &t, NULL, &w, &r);
+    CHECK(rc == WM_OK && w != NULL, "fill: %d %s", rc, err());
+    if (rc == WM_OK) {
+        uint64_t n_tensors = wm_tensor_count(source);
+        CHECK(n.selects == (int)n_tensors && n.applies > 0, "fill: %d selects, %d applies", n.selects, n.applies);
+        if (cached)
+            CHECK(r.outcome == WM_CACHE_FILLED && r.entry && strncmp(r.entry, dir, strlen(dir)) == 0 && !r.reason,
+                  "fill: outcome %u: %s", r.outcome, r.message);
+        else
+            CHECK(r.outcome == WM_CACHE_FILLED || (r.outcome == WM_CACHE_IN_MEMORY && r.reason),
+                  "fill: outcome %u: %s", r.outcome, r.message);
+        check_cached_bytes(w, source, &t, "fill");
+        wm_free(w);
+        w = NULL;
+    }
+    int applies = n.applies;
+    rc = wm_cache_load(dir, good, &t, NULL, &w, &r);
+    CHECK(rc == WM_OK, "hit: %d %s", rc, err());
+    if (rc == WM_OK) {
+        if (cached)
+            CHECK(r.outcome == WM_CACHE_HIT && n.applies == applies && strstr(r.message, "mapped"),
+                  "hit: outcome %u, %d applies: %s", r.outcome, n.applies - applies, r.message);
+        check_cached_bytes(w, source, &t, "hit");
+        wm_free(w);
+        w = NULL;
+    }
+
+    /* A failing callback fails the load; another version stores nothing. */
+    struct negate failing = {0, 0, 5};
+    wm_transform bad = {"negate-f32", 2, NULL, negate_select, negate_apply, &failing};
+    CHECK(wm_cache_load(dir, good, &bad, NULL, &w, NULL) == WM_ERR_TRANSFORM && w == NULL, "failing apply");
+    CHECK(strstr(err(), "returned 5") && strstr(err(), "negate-f32"), "message: %s", err());
+    bad.user = &n;
+    CHECK(wm_cache_load(dir, good, &bad, NULL, &w, &r) == WM_OK, "version 2: %s", err());
+    if (w) {
+        CHECK(!cached || r.outcome == WM_CACHE_FILLED, "version 2 after a failure fills: %s", r.message);
+        wm_free(w);
+        w = NULL;
+    }
+
+    CHECK(wm_cache_load(dir, good, NULL, NULL, &w, NULL) == WM_ERR_BAD_ARGUMENT && w == NULL, "NULL transform");
+    CHECK(wm_cache_load(dir, NULL, &t, NULL, &w, NULL) == WM_ERR_BAD_ARGUMENT, "NULL source");
+    CHECK(wm_cache_load(dir, good, &t, NULL, NULL, NULL) == WM_ERR_BAD_ARGUMENT, "NULL out");
+    bad.apply = NULL;
+    CHECK(wm_cache_load(dir, good, &bad, NULL, &w, NULL) == WM_ERR_BAD_ARGUMENT, "NULL apply");
+    CHECK(strstr(err(), "apply") != NULL, "message: %s", err());
+    CHECK(wm_cache_load(dir, "/nonexistent/model.gguf", &t, NULL, &w, NULL) == WM_ERR_IO, "missing source");
+    wm_free(source);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s EXPECT_FILE\n", argv[0]);
@@ -284,13 +403,18 @@ int main(int argc, char **argv) {
         return 2;
     }
     CHECK(wm_last_error() == NULL, "no error before any call");
-    char *first = NULL, *misaligned = NULL;
-    int files = 0;
+    char *first = NULL, *misaligned = NULL, *cache_dir = NULL;
+    int files = 0, cached = 0;
     for (;;) {
         const char *kind = next(f);
         if (strcmp(kind, "END") == 0) break;
         if (strcmp(kind, "MISALIGNED") == 0) {
             misaligned = next_str(f, NULL);
+            continue;
+        }
+        if (strcmp(kind, "CACHE") == 0) {
+            cache_dir = next_str(f, NULL);
+            cached = (int)next_u64(f);
             continue;
         }
         if (strcmp(kind, "FILE") != 0) {
@@ -307,9 +431,12 @@ int main(int argc, char **argv) {
     fclose(f);
     if (first && misaligned) check_errors(first, misaligned);
     else CHECK(0, "the expectations name no fixture or no misaligned file");
+    if (first && cache_dir) check_cache(first, cache_dir, cached);
+    else CHECK(0, "the expectations name no cache directory");
     printf("C ABI: %d files checked in both modes (weightmap %s)\n", files, wm_version());
     printf("%d passed, %d failed\n", passed, failed);
     free(first);
     free(misaligned);
+    free(cache_dir);
     return failed ? 1 : 0;
 }
