@@ -178,6 +178,21 @@ fn a_source_rewritten_in_place_is_transformed_again() {
 }
 
 #[test]
+fn a_cache_pointed_at_a_folder_of_models_never_touches_them() {
+    let (dir, model, _) = setup();
+    // The model itself, and another GGUF, live in the cache's directory.
+    let cache = Cache::at(dir.path());
+    let other = dir.path().join("other.gguf");
+    fs::copy(&model, &other).unwrap();
+    let c = load(&cache, &model);
+    assert_eq!(c.report().outcome, CacheOutcome::Filled);
+    assert_eq!(cache.entries().unwrap().len(), 1);
+    let cleared = cache.clear().unwrap();
+    assert_eq!(cleared.removed.len(), 1, "{cleared:?}");
+    assert!(model.exists() && other.exists());
+}
+
+#[test]
 fn entries_of_a_changed_source_are_listed_stale_and_pruned() {
     let (_dir, model, cache) = setup();
     let old = entry_of(&load(&cache, &model));

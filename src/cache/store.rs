@@ -231,7 +231,8 @@ pub(crate) fn in_memory(
     Weights::from_memory(bytes, options)
 }
 
-/// Every `*.gguf` in `dir`, with its header's account or why it has none.
+/// Every entry in `dir` (by its name: [`is_entry_name`]), with its
+/// header's account or why it has none.
 pub(crate) fn entries(dir: &Path) -> Result<Vec<(PathBuf, Result<EntryInfo>)>> {
     let mut out = Vec::new();
     let read = match fs::read_dir(dir) {
@@ -243,15 +244,34 @@ pub(crate) fn entries(dir: &Path) -> Result<Vec<(PathBuf, Result<EntryInfo>)>> {
         let path = item
             .map_err(|e| Error::io("read directory", dir, e))?
             .path();
-        let is_entry = path.extension().is_some_and(|x| x == ENTRY_EXT)
-            && !file_name(&path).starts_with(TMP_PREFIX);
-        if is_entry {
+        if is_entry_name(&file_name(&path)) {
             let info = EntryInfo::read(&path);
             out.push((path, info));
         }
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
+}
+
+/// Whether `name` is an entry's: 32 hex digits (the key's hash), then
+/// `.gguf`. Nothing else in the directory is ever listed or removed, so a
+/// cache pointed at a folder of models never touches them.
+fn is_entry_name(name: &str) -> bool {
+    name.strip_suffix(&format!(".{ENTRY_EXT}"))
+        .is_some_and(is_key_hash)
+}
+
+/// Whether `name` is a fill's temporary file: `.tmp-`, a key's hash, `-`.
+fn is_temp_name(name: &str) -> bool {
+    name.strip_prefix(TMP_PREFIX)
+        .and_then(|rest| rest.get(..33))
+        .is_some_and(|head| head.ends_with('-') && is_key_hash(&head[..32]))
+}
+
+fn is_key_hash(s: &str) -> bool {
+    s.len() == 32
+        && s.bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
 fn file_name(path: &Path) -> String {
@@ -338,7 +358,7 @@ fn remove_orphans(dir: &Path, report: &mut PruneReport) -> Result<()> {
         let path = item
             .map_err(|e| Error::io("read directory", dir, e))?
             .path();
-        if !file_name(&path).starts_with(TMP_PREFIX) {
+        if !is_temp_name(&file_name(&path)) {
             continue;
         }
         let Ok(file) = File::open(&path) else {
@@ -357,4 +377,26 @@ fn remove_orphans(dir: &Path, report: &mut PruneReport) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_caches_own_names_are_entries_or_temporary_files() {
+        let hash = "0123456789abcdef0123456789abcdef";
+        assert!(is_entry_name(&format!("{hash}.gguf")));
+        assert!(is_temp_name(&format!(".tmp-{hash}-12-0")));
+        for other in [
+            "model.gguf",
+            "default-0123456789abcdef.gguf",
+            &format!("{hash}.safetensors"),
+        ] {
+            assert!(!is_entry_name(other), "{other}");
+        }
+        assert!(!is_entry_name(&format!("{}.gguf", hash.to_uppercase())));
+        assert!(!is_temp_name(".tmp-model"));
+        assert!(!is_temp_name(&format!(".tmp-{hash}")));
+    }
 }
