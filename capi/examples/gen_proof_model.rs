@@ -1,8 +1,10 @@
 //! Writes the ggml proof's model: one weight of each of F32, F16, Q8_0,
-//! Q4_0, Q4_K, Q6_K and IQ4_NL (256 x 8, deterministic pseudo-random
-//! blocks whose f16 scales are finite), plus a Q8_0 token embedding.
+//! Q4_0, Q4_K, Q6_K and IQ4_NL (256 x ROWS, default 8, deterministic
+//! pseudo-random blocks whose f16 scales are finite), plus a Q8_0 token
+//! embedding of twice as many rows. The proof of the transform cache takes
+//! a large one, whose transformed bytes dwarf the process's own memory.
 //!
-//! `cargo run -p weightmap-capi --example gen_proof_model -- OUT.gguf`
+//! `cargo run -p weightmap-capi --example gen_proof_model -- OUT.gguf [ROWS]`
 
 use half::f16;
 use weightmap::gguf::Writer;
@@ -63,14 +65,16 @@ fn data(ty: TensorType, ne0: u64, rows: u64, rng: &mut Rng) -> Vec<u8> {
 }
 
 fn main() {
-    let out = std::env::args()
-        .nth(1)
-        .expect("usage: gen_proof_model OUT.gguf");
+    let usage = "usage: gen_proof_model OUT.gguf [ROWS]";
+    let out = std::env::args().nth(1).expect(usage);
+    let rows: u64 = std::env::args()
+        .nth(2)
+        .map_or(8, |r| r.parse().expect(usage));
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut w = Writer::new(32);
     w.kv_str("general.architecture", "llama");
     w.kv_str("general.name", "weightmap ggml proof");
-    let (ne0, rows) = (256u64, 8u64);
+    let ne0 = 256u64;
     for ty in [
         TensorType::F32,
         TensorType::F16,
@@ -83,8 +87,13 @@ fn main() {
         let name = format!("proof.{}", ty.name().to_lowercase());
         w.tensor(&name, ty, &[ne0, rows], data(ty, ne0, rows, &mut rng));
     }
-    let embd = data(TensorType::Q8_0, ne0, 16, &mut rng);
-    w.tensor("token_embd.weight", TensorType::Q8_0, &[ne0, 16], embd);
+    let embd = data(TensorType::Q8_0, ne0, 2 * rows, &mut rng);
+    w.tensor(
+        "token_embd.weight",
+        TensorType::Q8_0,
+        &[ne0, 2 * rows],
+        embd,
+    );
     let file = std::fs::File::create(&out).expect("create the output file");
     w.write_with(file, |_, _| {}).expect("write the model");
     println!("wrote {out}");

@@ -249,14 +249,8 @@ pub unsafe extern "C" fn wm_cache_load(
     report: *mut wm_cache_report,
 ) -> c_int {
     guard(|| {
-        if out.is_null() {
-            return Err(Fail::null("out"));
-        }
-        // SAFETY: `out` is valid for a pointer write by the contract; clear
-        // it first so that every failure leaves NULL there.
-        unsafe { put(out, std::ptr::null_mut(), "out") }?;
-        // SAFETY: NULL or a C string, by the contract.
-        let source = path_of(unsafe { c_str(source_path, "source_path") }?)?;
+        // SAFETY: by the contract.
+        let (source, options) = unsafe { load_args(source_path, "source_path", opts, out) }?;
         let cache = if cache_dir.is_null() {
             Cache::new()
         } else {
@@ -274,11 +268,6 @@ pub unsafe extern "C" fn wm_cache_load(
             unsafe { c_text(t.machine, "wm_transform.machine") }?
         };
         let apply = t.apply.ok_or_else(|| Fail::null("wm_transform.apply"))?;
-        // SAFETY: NULL or pointing to a `wm_options`, by the contract.
-        let o = unsafe { opts.as_ref() }
-            .copied()
-            .unwrap_or_else(|| wm_options_default());
-        let options = load_options(&o)?;
 
         // A `select` whose choice cannot be stored: the Rust transform's
         // selection cannot fail, so the tensor is kept as it is and the

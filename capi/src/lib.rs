@@ -424,6 +424,30 @@ fn build(weights: Weights) -> Result<wm_weights, Fail> {
     })
 }
 
+/// What every load starts from, once `*out` is cleared (so that every
+/// failure leaves NULL there): the file at `path` (named `what` in
+/// messages), and the options `opts` say (NULL: [`wm_options_default`]).
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string; `opts` is NULL or points to a
+/// `wm_options`; `out` is NULL or valid for writing a pointer.
+unsafe fn load_args(
+    path: *const c_char,
+    what: &str,
+    opts: *const wm_options,
+    out: *mut *mut wm_weights,
+) -> Result<(PathBuf, LoadOptions), Fail> {
+    // SAFETY: forwarded to the caller.
+    unsafe { put(out, std::ptr::null_mut(), "out") }?;
+    // SAFETY: forwarded to the caller.
+    let path = path_of(unsafe { c_str(path, what) }?)?;
+    // SAFETY: forwarded to the caller.
+    let o = unsafe { opts.as_ref() }
+        .copied()
+        .unwrap_or_else(|| wm_options_default());
+    Ok((path, load_options(&o)?))
+}
+
 /// Load the GGUF or safetensors file at `path` (the format is told by its
 /// content) as `opts` say (NULL = [`wm_options_default`]), and store the
 /// result in `*out` (set to NULL on failure).
@@ -470,19 +494,8 @@ pub unsafe extern "C" fn wm_load_within(
     out: *mut *mut wm_weights,
 ) -> c_int {
     guard(|| {
-        if out.is_null() {
-            return Err(Fail::null("out"));
-        }
-        // SAFETY: `out` is valid for a pointer write by the contract; clear
-        // it first so that every failure leaves NULL there.
-        unsafe { put(out, std::ptr::null_mut(), "out") }?;
-        // SAFETY: NULL or a C string, by the contract.
-        let path = path_of(unsafe { c_str(path, "path") }?)?;
-        // SAFETY: NULL or pointing to a `wm_options`, by the contract.
-        let o = unsafe { opts.as_ref() }
-            .copied()
-            .unwrap_or_else(|| wm_options_default());
-        let mut options = load_options(&o)?;
+        // SAFETY: by the contract.
+        let (path, mut options) = unsafe { load_args(path, "path", opts, out) }?;
         options = match ignore_budget {
             0 => options,
             1 => options.ignore_budget(true),

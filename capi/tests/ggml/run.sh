@@ -3,7 +3,10 @@
 # the PyPI sdist of llama-cpp-python (pinned in llama-sources.sh, checked by
 # sha256), and run proof.c: ggml computes mul_mat and get_rows on tensors
 # placed by weightmap's C ABI (mmap, stream and hybrid loads) and on tensors
-# from ggml's own gguf loader, and the results must be bit-identical.
+# from ggml's own gguf loader, and the results must be bit-identical; then
+# the transform cache (wm_cache_load): ggml's dequantization of a large
+# model, filled into an empty cache and mapped from it, computes the same
+# as the transform done in memory, and adds next to no anonymous memory.
 #
 # Needs cmake, a C and C++ compiler, pip and cargo (.ci/ggml-proof.sh
 # installs the first two). Nothing of ggml is committed: the sdist is
@@ -38,6 +41,9 @@ cd "$ROOT"
 cargo build --release --locked -p weightmap-capi
 # The generator runs in the dev profile, whose dependencies `cargo test` built.
 cargo run --locked -q -p weightmap-capi --example gen_proof_model -- "$WORK/proof.gguf"
+# 16384 rows: about 100 MiB of dequantized tensors, far above the noise of
+# the process's own allocations in RssAnon.
+cargo run --locked -q -p weightmap-capi --example gen_proof_model -- "$WORK/proof-large.gguf" 16384
 
 echo "== ggml proof: build ggml (llama.cpp vendored by llama-cpp-python $VERSION)"
 start=$(date +%s)
@@ -49,4 +55,5 @@ cmake --build "$WORK/build" -j"$(nproc)" --target ggml_proof >"$WORK/build.log" 
 echo "ggml proof: ggml and the proof built in $(( $(date +%s) - start ))s"
 
 echo "== ggml proof: run"
-"$WORK/build/ggml_proof" "$WORK/proof.gguf"
+rm -rf "$WORK/cache" # the first cached load must fill
+"$WORK/build/ggml_proof" "$WORK/proof.gguf" "$WORK/proof-large.gguf" "$WORK/cache"
