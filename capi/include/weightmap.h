@@ -274,10 +274,11 @@ typedef struct wm_cache_report {
    */
   uint32_t outcome;
   /**
-   * Why the cache could not be used, as a stable name
-   * (`"no_directory"`, `"unsupported"`, `"unsafe_directory"`,
-   * `"read_only"`, `"no_space"`, `"source_changed"`, `"io"`); NULL
-   * unless the outcome is [`WM_CACHE_IN_MEMORY`].
+   * Why the cache could not be used, as a stable name (`"read_only"`,
+   * `"no_space"`, `"unsafe_directory"`, `"no_directory"`,
+   * `"source_changed"`, `"io"`, ...: those of weightmap's
+   * `CacheBypass::name`); NULL unless the outcome is
+   * [`WM_CACHE_IN_MEMORY`].
    */
   const char *reason;
   /**

@@ -92,10 +92,11 @@ pub struct wm_transform {
 pub struct wm_cache_report {
     /// [`WM_CACHE_HIT`], [`WM_CACHE_FILLED`] or [`WM_CACHE_IN_MEMORY`].
     pub outcome: u32,
-    /// Why the cache could not be used, as a stable name
-    /// (`"no_directory"`, `"unsupported"`, `"unsafe_directory"`,
-    /// `"read_only"`, `"no_space"`, `"source_changed"`, `"io"`); NULL
-    /// unless the outcome is [`WM_CACHE_IN_MEMORY`].
+    /// Why the cache could not be used, as a stable name (`"read_only"`,
+    /// `"no_space"`, `"unsafe_directory"`, `"no_directory"`,
+    /// `"source_changed"`, `"io"`, ...: those of weightmap's
+    /// `CacheBypass::name`); NULL unless the outcome is
+    /// [`WM_CACHE_IN_MEMORY`].
     pub reason: *const c_char,
     /// The whole report as a sentence ("cached: mapped PATH", "not cached
     /// (WHY): transformed in memory", ...).
