@@ -306,6 +306,18 @@ fn a_directory_other_users_can_write_is_refused() {
 }
 
 #[test]
+fn a_cache_turned_off_transforms_in_memory() {
+    let (_dir, model, _) = setup();
+    let c = load(&Cache::off(), &model);
+    assert_eq!(c.report().outcome, CacheOutcome::InMemory(CacheBypass::Off));
+    assert_eq!(
+        c.report().to_string(),
+        "not cached (the cache is off): transformed in memory"
+    );
+    assert_transformed(c.weights(), &model);
+}
+
+#[test]
 fn a_directory_that_cannot_be_made_falls_back_to_memory() {
     let (dir, model, _) = setup();
     // A file where the directory should be.

@@ -84,7 +84,8 @@ use key::SourceKey;
 /// created until a load needs it.
 #[derive(Clone, Debug)]
 pub struct Cache {
-    dir: Option<PathBuf>,
+    /// The directory, or why there is none.
+    dir: std::result::Result<PathBuf, CacheBypass>,
     max_size: u64,
 }
 
@@ -135,7 +136,7 @@ impl Cache {
             .and_then(|s| parse_size(&s).ok())
             .unwrap_or(Cache::DEFAULT_MAX_SIZE);
         Cache {
-            dir: default_dir(),
+            dir: default_dir().ok_or(CacheBypass::NoDirectory),
             max_size,
         }
     }
@@ -143,8 +144,17 @@ impl Cache {
     /// A cache in `dir` (created on first use), with the default limit.
     pub fn at(dir: impl Into<PathBuf>) -> Cache {
         Cache {
-            dir: Some(dir.into()),
+            dir: Ok(dir.into()),
             max_size: Cache::DEFAULT_MAX_SIZE,
+        }
+    }
+
+    /// No cache: every load transforms into memory
+    /// ([`CacheBypass::Off`]), for a runtime's switch or a baseline.
+    pub fn off() -> Cache {
+        Cache {
+            dir: Err(CacheBypass::Off),
+            max_size: 0,
         }
     }
 
@@ -156,7 +166,7 @@ impl Cache {
 
     /// The directory, if there is one.
     pub fn dir(&self) -> Option<&Path> {
-        self.dir.as_deref()
+        self.dir.as_deref().ok()
     }
 
     /// The size limit in bytes.
@@ -288,7 +298,7 @@ impl Cache {
 
     /// The directory, created if missing, if it may be used.
     fn usable_dir(&self) -> Result<PathBuf, CacheBypass> {
-        let dir = self.dir.clone().ok_or(CacheBypass::NoDirectory)?;
+        let dir = self.dir.clone()?;
         store::usable(&dir)?;
         Ok(dir)
     }
@@ -300,7 +310,7 @@ impl Cache {
     /// [`crate::Error::Io`] when the directory cannot be read; none when
     /// it does not exist (no entries).
     pub fn entries(&self) -> Result<Vec<(PathBuf, Result<EntryInfo>)>> {
-        match &self.dir {
+        match self.dir() {
             Some(dir) => store::entries(dir),
             None => Ok(Vec::new()),
         }
@@ -316,7 +326,7 @@ impl Cache {
     /// # Errors
     /// [`crate::Error::Io`] when the directory cannot be read.
     pub unsafe fn verify(&self) -> Result<Vec<(PathBuf, std::result::Result<(), String>)>> {
-        let Some(dir) = &self.dir else {
+        let Some(dir) = self.dir() else {
             return Ok(Vec::new());
         };
         let mut out = Vec::new();
@@ -335,7 +345,7 @@ impl Cache {
     /// # Errors
     /// [`crate::Error::Io`] when the directory cannot be read.
     pub fn prune(&self, max_size: u64) -> Result<PruneReport> {
-        match &self.dir {
+        match self.dir() {
             Some(dir) => store::prune(dir, max_size, None),
             None => Ok(PruneReport::default()),
         }

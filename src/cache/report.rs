@@ -35,6 +35,8 @@ impl CacheOutcome {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CacheBypass {
+    /// The cache is off ([`super::Cache::off`]).
+    Off,
     /// No directory is set and none can be derived (no
     /// `WEIGHTMAP_CACHE_DIR`, `XDG_CACHE_HOME` or home directory).
     NoDirectory,
@@ -81,11 +83,12 @@ pub enum CacheBypass {
 }
 
 impl CacheBypass {
-    /// A short, stable name: `"no_directory"`, `"unsupported"`,
+    /// A short, stable name: `"off"`, `"no_directory"`, `"unsupported"`,
     /// `"unsafe_directory"`, `"read_only"`, `"no_space"`,
     /// `"source_changed"`, `"io"`.
     pub fn name(&self) -> &'static str {
         match self {
+            CacheBypass::Off => "off",
             CacheBypass::NoDirectory => "no_directory",
             CacheBypass::Unsupported => "unsupported",
             CacheBypass::UnsafeDirectory { .. } => "unsafe_directory",
@@ -100,6 +103,7 @@ impl CacheBypass {
 impl fmt::Display for CacheBypass {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            CacheBypass::Off => f.write_str("the cache is off"),
             CacheBypass::NoDirectory => f.write_str(
                 "no cache directory: set WEIGHTMAP_CACHE_DIR (or XDG_CACHE_HOME, or HOME)",
             ),
