@@ -20,6 +20,7 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
+mod cache;
 mod gguf;
 mod safe_open;
 
@@ -675,6 +676,7 @@ fn weightmap_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Owner>()?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
     safe_open::register(m)?;
+    cache::register(m)?;
     m.add_class::<gguf::GgufLayout>()?;
     m.add_function(wrap_pyfunction!(_dequantize, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

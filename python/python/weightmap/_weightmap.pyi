@@ -116,3 +116,32 @@ class safe_open:
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> bool: ...
+
+class _CacheMiss:
+    """A transform-cache lookup that found no usable entry (weightmap.gguf's
+    cache of transformers' conversion uses it)."""
+
+    @property
+    def replaced(self) -> Optional[str]:
+        """Why the entry that was there was not used, if there was one."""
+    def write(self, tensors: List[Any], metadata: Dict[str, str]) -> Dict[str, Any]:
+        """Store `tensors` ((name, array) or (name, array, type_name): numpy
+        arrays of 1 to 4 dimensions, float32/16, bfloat16, float64, int8 to
+        int64; type_name "F32", "BF16", ... takes an array of that element
+        size as that type) and `metadata` (no key under "weightmap.") as the
+        entry, with the GIL released (nothing may write to or resize the
+        arrays meanwhile). Returns outcome ("filled" or "in_memory"), entry,
+        reason, message, replaced. Once only."""
+
+def _cache_lookup(
+    source: Union[str, "os.PathLike[str]"],
+    name: str,
+    version: int,
+    machine: str,
+    dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+) -> Dict[str, Any]:
+    """The entry of transform (name, version, machine) of `source` in the
+    cache at `dir` (default: $WEIGHTMAP_CACHE_DIR, $XDG_CACHE_HOME/weightmap,
+    ~/.cache/weightmap): hit (the entry's path or None), names and metadata
+    (a hit's tensor names and string key/values), miss (a _CacheMiss or
+    None), replaced (why an entry there was not used), seconds."""

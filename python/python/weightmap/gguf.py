@@ -43,7 +43,7 @@ from gguf.quants import quant_shape_from_byte_shape, quant_shape_to_byte_shape
 
 from ._weightmap import _dequantize, _GgufLayout
 
-__all__ = ["GGUFReader", "ReaderField", "ReaderTensor", "dequantize", "patch", "unpatch"]
+__all__ = ["GGUFReader", "ReaderField", "ReaderTensor", "cache_reports", "dequantize", "patch", "unpatch"]
 
 # gguf-py's numpy type for each scalar value type (GGUFReader.gguf_scalar_to_np).
 _SCALAR_NP = {
@@ -284,7 +284,7 @@ def dequantize(data: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
 _saved: Optional[Dict[str, Any]] = None
 
 
-def patch() -> None:
+def patch(cache: Union[bool, str, "os.PathLike[str]"] = False) -> None:
     """Put ``GGUFReader`` and ``dequantize`` in gguf-py's place:
     ``gguf.GGUFReader``, ``gguf.gguf_reader.GGUFReader``,
     ``gguf.dequantize`` and ``gguf.quants.dequantize``. Code that looks them
@@ -296,9 +296,19 @@ def patch() -> None:
     parameter it loads (313 times for gemma-3-270m), and gguf-py builds a
     new ``TensorNameMap`` each time, which is about a quarter of a patched
     ``from_pretrained``. The map is only read by its callers; one that
-    changes it would change it for the next caller too."""
+    changes it would change it for the next caller too.
+
+    ``cache=True`` (or a directory) also caches transformers' converted
+    checkpoint (``load_gguf_checkpoint``: config, tokenizer and tensors) in
+    weightmap's transform cache, ``cache=True`` in the user's cache
+    directory (``$WEIGHTMAP_CACHE_DIR``, ``$XDG_CACHE_HOME/weightmap``,
+    ``~/.cache/weightmap``); ``cache_reports()`` says what each call did.
+    Each ``patch()`` sets the cache as it asks: ``patch()`` alone leaves
+    transformers' loader uncached."""
     global _saved
     import functools
+
+    _set_cache(cache)
 
     import gguf.gguf_reader
     import gguf.quants
@@ -324,10 +334,13 @@ def patch() -> None:
 
 
 def unpatch() -> None:
-    """Undo ``patch()``: gguf-py's own reader and dequantizer again."""
+    """Undo ``patch()``: gguf-py's own reader and dequantizer again, and
+    transformers' own ``load_gguf_checkpoint``."""
     global _saved
     import gguf.gguf_reader
     import gguf.quants
+
+    _set_cache(False)
 
     if _saved is None:
         return
@@ -338,3 +351,27 @@ def unpatch() -> None:
     _gguf.get_tensor_name_map = _saved["get_tensor_name_map"]
     gguf.tensor_mapping.get_tensor_name_map = _saved["tensor_mapping.get_tensor_name_map"]
     _saved = None
+
+
+def _set_cache(cache: Union[bool, str, "os.PathLike[str]"]) -> None:
+    """Wrap transformers' ``load_gguf_checkpoint`` with the cache ``cache``
+    asks for (True: the user's directory; a path: that one), or unwrap it."""
+    from . import _transformers_cache
+
+    if cache is False or cache is None:
+        _transformers_cache.uninstall()
+    else:
+        _transformers_cache.install(None if cache is True else os.fspath(cache))
+
+
+def cache_reports() -> List[Dict[str, Any]]:
+    """What the cache did on the last calls of transformers'
+    ``load_gguf_checkpoint`` (at most 32, oldest first), under
+    ``patch(cache=...)``: dicts of ``call`` ("config" or "tensors"),
+    ``source``, ``outcome`` ("hit", "filled" or "in_memory"), ``reason``
+    and ``message`` (why in memory), ``entry`` (the entry's path),
+    ``replaced`` (why an entry that was there was not used) and
+    ``seconds``. Each is also logged on the "weightmap" logger at INFO."""
+    from ._transformers_cache import reports
+
+    return reports()

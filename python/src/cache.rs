@@ -1,0 +1,364 @@
+//! `weightmap._weightmap._cache_lookup` and `_CacheMiss`: weightmap's
+//! transform cache (`weightmap::cache`) for Python code whose transform
+//! runs in Python, such as transformers' GGUF conversion
+//! (python/python/weightmap/_transformers_cache.py).
+//!
+//! A lookup either finds a valid entry (its path, its tensors' names and
+//! its string metadata; Python maps the entry itself) or hands back a
+//! `_CacheMiss`, whose `write` stores numpy arrays and strings as the
+//! entry, with the GIL released while the bytes are copied.
+//!
+//! GGUF limits a tensor name to 63 bytes and state dicts have longer ones,
+//! so tensors are stored as `t.0`, `t.1`, ... and their names, in order,
+//! as the string array [`NAMES`].
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use weightmap as wm;
+use wm::cache::{Cache, EntryContents, Lookup, Miss, PlannedTensor, TransformId, Written};
+use wm::gguf::{OwnedValue, Value, ValueType};
+use wm::{LoadOptions, Prefetch, TensorType};
+
+use crate::to_py;
+
+/// The entry's key holding the tensors' real names, in tensor order.
+const NAMES: &str = "weightmap.python.tensor_names";
+
+/// The prefix of the library's own keys: never handed to Python, never
+/// taken from it.
+const OWN_PREFIX: &str = "weightmap.";
+
+/// The cache in `dir`, else the user's (`$WEIGHTMAP_CACHE_DIR`, ...); the
+/// size limit is `$WEIGHTMAP_CACHE_MAX_SIZE` or the default either way.
+fn cache_at(dir: Option<PathBuf>) -> Cache {
+    let default = Cache::new();
+    match dir {
+        Some(dir) => Cache::at(dir).max_size(default.size_limit()),
+        None => default,
+    }
+}
+
+/// Look up the entry of transform `name` at `version` under machine facts
+/// `machine` of the model at `source`, in the cache at `dir` (default: the
+/// user's). Returns a dict: `hit` (the entry's path, or None), `names` (its
+/// tensors' names) and `metadata` (its string key/values, the library's own
+/// left out) on a hit; `miss` (a `_CacheMiss`, or None); `replaced` (why an
+/// entry that was there cannot be used, or None); `seconds`.
+#[pyfunction]
+#[pyo3(signature = (source, name, version, machine, dir = None))]
+fn _cache_lookup<'py>(
+    py: Python<'py>,
+    source: PathBuf,
+    name: &str,
+    version: u32,
+    machine: &str,
+    dir: Option<PathBuf>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let started = Instant::now();
+    let cache = cache_at(dir);
+    let id = TransformId::new(name, version).machine(machine);
+    // Python maps a hit's entry itself: nothing to read ahead here.
+    let options = LoadOptions::default().prefetch(Prefetch::None);
+    let found = py.allow_threads(|| {
+        // SAFETY: `lookup` requires that nothing modifies or truncates the
+        // source or the cache's entries while the weights it returns live.
+        // They live until the end of this function; weightmap only ever
+        // renames a whole entry over another or removes one, which leaves
+        // a live mapping intact; the source's contract is the Python
+        // user's, as for `weightmap.open` (stated in its docstring).
+        unsafe { cache.lookup(&source, &id, &options) }
+    });
+    let found = found.map_err(|e| to_py(py, e))?;
+    let d = PyDict::new(py);
+    match found {
+        Lookup::Hit(cached) => {
+            let names = PyList::empty(py);
+            let metadata = PyDict::new(py);
+            if let Some(md) = cached.weights().gguf_metadata() {
+                for (k, v) in md.iter() {
+                    match v {
+                        Value::Array(a) if k == NAMES => {
+                            for item in a.iter() {
+                                if let Value::String(s) = item {
+                                    names.append(s.to_str().unwrap_or_default())?;
+                                }
+                            }
+                        }
+                        Value::String(s) if !k.starts_with(OWN_PREFIX) => {
+                            metadata.set_item(k, s.to_str().unwrap_or_default())?;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            let report = cached.report();
+            d.set_item("hit", report.entry.as_ref())?;
+            d.set_item("miss", py.None())?;
+            d.set_item("replaced", report.replaced.as_deref())?;
+            d.set_item("names", names)?;
+            d.set_item("metadata", metadata)?;
+        }
+        Lookup::Miss(miss) => {
+            d.set_item("hit", py.None())?;
+            d.set_item("replaced", miss.replaced())?;
+            d.set_item("miss", Py::new(py, CacheMiss { miss: Some(miss) })?)?;
+            d.set_item("names", py.None())?;
+            d.set_item("metadata", py.None())?;
+        }
+    }
+    d.set_item("seconds", started.elapsed().as_secs_f64())?;
+    Ok(d)
+}
+
+/// A lookup that found no usable entry: `write` stores one.
+#[pyclass(module = "weightmap", name = "_CacheMiss")]
+struct CacheMiss {
+    /// `None` once written.
+    miss: Option<Miss>,
+}
+
+/// One array to store: where its bytes are and what they are.
+struct Bytes {
+    ptr: *const u8,
+    len: usize,
+}
+
+/// Arrays' bytes, read with the GIL released.
+struct Arrays {
+    planned: Vec<PlannedTensor>,
+    bytes: Vec<Bytes>,
+    metadata: Vec<(String, OwnedValue)>,
+}
+
+// SAFETY: the pointers are into numpy arrays that `write` holds references
+// to (so they are neither freed nor moved) for as long as an `Arrays`
+// lives; `write`'s contract (its docstring) is that nothing writes to or
+// resizes them meanwhile, so reading them from another thread is sound.
+unsafe impl Send for Arrays {}
+
+impl EntryContents for Arrays {
+    fn tensors(&self) -> Vec<PlannedTensor> {
+        self.planned.clone()
+    }
+
+    fn metadata(&self) -> Vec<(String, OwnedValue)> {
+        self.metadata.clone()
+    }
+
+    fn fill(&mut self, index: usize, dst: &mut [u8]) -> Result<(), String> {
+        let b = &self.bytes[index];
+        if dst.len() != b.len {
+            return Err(format!(
+                "{} bytes planned, the array holds {}",
+                dst.len(),
+                b.len
+            ));
+        }
+        // SAFETY: `b.ptr` points to `b.len` readable bytes of a live,
+        // C-contiguous array (see `Send` above), and `dst` is the entry's
+        // own memory: they do not overlap.
+        let src = unsafe { std::slice::from_raw_parts(b.ptr, b.len) };
+        dst.copy_from_slice(src);
+        Ok(())
+    }
+}
+
+/// The entry type of an array of dtype `descr`, or of `type_name`
+/// (`"BF16"`, `"F32"`, ...) when given, whose size must be the dtype's.
+fn tensor_type(
+    name: &str,
+    array: &Bound<'_, PyUntypedArray>,
+    type_name: Option<&str>,
+) -> PyResult<TensorType> {
+    let descr = array.dtype();
+    let itemsize = descr.itemsize();
+    let ty = match type_name {
+        Some(n) => match n.to_ascii_uppercase().as_str() {
+            "F32" => TensorType::F32,
+            "F16" => TensorType::F16,
+            "BF16" => TensorType::BF16,
+            "F64" => TensorType::F64,
+            "I8" => TensorType::I8,
+            "I16" => TensorType::I16,
+            "I32" => TensorType::I32,
+            "I64" => TensorType::I64,
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "tensor {name:?}: no entry type {n:?}: F32, F16, BF16, F64, I8, I16, I32 or I64"
+                )))
+            }
+        },
+        None => {
+            let dtype: String = descr.getattr("name")?.extract()?;
+            match (descr.kind(), itemsize, dtype.as_str()) {
+                (b'f', 4, _) => TensorType::F32,
+                (b'f', 2, _) => TensorType::F16,
+                (b'f', 8, _) => TensorType::F64,
+                (b'i', 1, _) => TensorType::I8,
+                (b'i', 2, _) => TensorType::I16,
+                (b'i', 4, _) => TensorType::I32,
+                (b'i', 8, _) => TensorType::I64,
+                (_, 2, "bfloat16") => TensorType::BF16,
+                _ => {
+                    return Err(PyTypeError::new_err(format!(
+                        "tensor {name:?}: an entry cannot hold {dtype} arrays: float32, float16, bfloat16, \
+                         float64, int8, int16, int32 or int64"
+                    )))
+                }
+            }
+        }
+    };
+    if ty.type_size() != itemsize as u64 {
+        return Err(PyValueError::new_err(format!(
+            "tensor {name:?}: {} elements are {} bytes, the array's {itemsize}",
+            ty.name(),
+            ty.type_size()
+        )));
+    }
+    if !descr.is_native_byteorder().unwrap_or(true) {
+        return Err(PyValueError::new_err(format!(
+            "tensor {name:?}: a byte-swapped array; an entry holds native values"
+        )));
+    }
+    Ok(ty)
+}
+
+#[pymethods]
+impl CacheMiss {
+    /// Why the entry that was there was not used, if there was one.
+    #[getter]
+    fn replaced(&self) -> Option<&str> {
+        self.miss.as_ref().and_then(|m| m.replaced())
+    }
+
+    /// Store `tensors` (a list of `(name, array)` or `(name, array,
+    /// type_name)`: numpy arrays of 1 to 4 dimensions, float32, float16,
+    /// bfloat16 (ml_dtypes), float64 or int8 to int64; `type_name`, one of
+    /// "F32", "F16", "BF16", "F64", "I8" ... "I64", takes an array of that
+    /// element size as that type, such as a uint16 view of bfloat16) and
+    /// `metadata` (str to str; no key under "weightmap.") as the entry.
+    /// Non-contiguous arrays are copied first. Nothing may write to or
+    /// resize the arrays during the call: the GIL is released while their
+    /// bytes are copied into the entry.
+    ///
+    /// Returns a dict: `outcome` ("filled", or "in_memory" when the cache
+    /// cannot take the entry), `entry` (its path, or None), `reason` (why
+    /// not: "read_only", "no_space", "unsafe_directory", ..., or None),
+    /// `message`, `replaced`. Once only: a second call is a ValueError.
+    fn write<'py>(
+        &mut self,
+        py: Python<'py>,
+        tensors: &Bound<'py, PyList>,
+        metadata: &Bound<'py, PyDict>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let Some(miss) = self.miss.as_ref() else {
+            return Err(PyValueError::new_err("this cache miss was already written"));
+        };
+        let numpy = py.import("numpy")?;
+        // Holds every array (a contiguous copy where needed) until the
+        // write is done: `Arrays` points into them.
+        let mut held = Vec::with_capacity(tensors.len());
+        let mut contents = Arrays {
+            planned: Vec::with_capacity(tensors.len()),
+            bytes: Vec::with_capacity(tensors.len()),
+            metadata: Vec::new(),
+        };
+        let mut names = Vec::with_capacity(tensors.len());
+        for (i, item) in tensors.iter().enumerate() {
+            let (name, array, type_name): (String, Bound<'py, PyAny>, Option<String>) =
+                match item.len()? {
+                    2 => {
+                        let (n, a) = item.extract()?;
+                        (n, a, None)
+                    }
+                    _ => item.extract()?,
+                };
+            let mut array = array
+                .downcast_into::<PyUntypedArray>()
+                .map_err(|_| PyTypeError::new_err(format!("tensor {name:?}: not a numpy array")))?;
+            if !array.is_c_contiguous() {
+                array = numpy
+                    .call_method1("ascontiguousarray", (array,))?
+                    .downcast_into::<PyUntypedArray>()?;
+            }
+            let ty = tensor_type(&name, &array, type_name.as_deref())?;
+            let shape = array.shape();
+            if shape.is_empty() || shape.len() > 4 {
+                return Err(PyValueError::new_err(format!(
+                    "tensor {name:?}: {} dimensions; an entry holds 1 to 4",
+                    shape.len()
+                )));
+            }
+            let ne: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
+            let len = array.len() * array.dtype().itemsize();
+            // SAFETY: `as_array_ptr` is this live array's PyArrayObject;
+            // its `data` field points to its elements (C-contiguous, so
+            // `len` bytes from there).
+            let ptr = unsafe { (*array.as_array_ptr()).data as *const u8 };
+            contents.planned.push(PlannedTensor {
+                name: format!("t.{i}"),
+                ty,
+                ne,
+            });
+            contents.bytes.push(Bytes { ptr, len });
+            held.push(array);
+            names.push(OwnedValue::String(name));
+        }
+        contents.metadata.push((
+            NAMES.to_owned(),
+            OwnedValue::Array(ValueType::String, names),
+        ));
+        for (k, v) in metadata.iter() {
+            let k: String = k.extract()?;
+            if k.starts_with(OWN_PREFIX) {
+                return Err(PyValueError::new_err(format!(
+                    "metadata key {k:?}: keys under {OWN_PREFIX:?} are weightmap's own"
+                )));
+            }
+            let v: String = v.extract()?;
+            contents.metadata.push((k, OwnedValue::String(v)));
+        }
+        let written = py.allow_threads(|| miss.write(&mut contents));
+        drop(held);
+        let written = written.map_err(|e| to_py(py, e))?;
+        let replaced = miss.replaced().map(str::to_owned);
+        self.miss = None;
+        let d = PyDict::new(py);
+        match written {
+            Written::Entry(path) => {
+                d.set_item("outcome", "filled")?;
+                d.set_item("entry", path)?;
+                d.set_item("reason", py.None())?;
+                d.set_item("message", py.None())?;
+            }
+            Written::Bypassed(why) => {
+                d.set_item("outcome", "in_memory")?;
+                d.set_item("entry", py.None())?;
+                d.set_item("reason", why.name())?;
+                d.set_item("message", why.to_string())?;
+            }
+        }
+        d.set_item("replaced", replaced)?;
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        match &self.miss {
+            Some(_) => "<weightmap._CacheMiss>".to_owned(),
+            None => "<weightmap._CacheMiss (written)>".to_owned(),
+        }
+    }
+}
+
+/// Add the cache's functions and class to the module.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(_cache_lookup, m)?)?;
+    m.add_class::<CacheMiss>()?;
+    Ok(())
+}
