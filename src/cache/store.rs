@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
+use crate::buffer::{CpuBuffer, CpuBufferType};
 use crate::error::{Error, Result};
 use crate::loader::{budget, LoadOptions, Weights};
 use crate::os::{
@@ -209,26 +210,32 @@ pub(crate) fn write_entry(
 }
 
 /// The entry `layout` describes, built in memory: what a load without a
-/// cache would hold, held to the memory budget as any copy.
+/// cache would hold, held to the memory budget as any copy. The bytes are a
+/// CPU buffer (aligned, in huge pages where there are), so the load views
+/// every tensor in place rather than copying it again.
 pub(crate) fn in_memory(
     key: &SourceKey,
     layout: &Layout,
     contents: &mut dyn EntryContents,
     options: &LoadOptions,
 ) -> Result<Weights> {
-    budget::check(
-        layout.len,
-        "the transformed tensors",
-        &budget::current(options),
-        options,
-    )?;
+    budget::check(layout.len, "the transformed tensors", &budget::current(options), options)?;
     let len = usize::try_from(layout.len).map_err(|_| Error::OutOfMemory {
         bytes: layout.len,
         what: "the transformed tensors",
     })?;
-    let mut bytes = vec![0u8; len];
-    layout.write(key, contents, &mut bytes)?;
-    Weights::from_memory(bytes, options)
+    let mut buffer = CpuBufferType::new().alloc(len)?;
+    layout.write(key, contents, buffer.bytes_mut())?;
+    Weights::from_memory(InMemoryEntry(buffer), options)
+}
+
+/// An entry's bytes in memory.
+struct InMemoryEntry(CpuBuffer);
+
+impl AsRef<[u8]> for InMemoryEntry {
+    fn as_ref(&self) -> &[u8] {
+        self.0.bytes()
+    }
 }
 
 /// Every entry in `dir` (by its name: [`is_entry_name`]), with its
