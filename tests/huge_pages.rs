@@ -1,6 +1,6 @@
 //! Decode reads every weight per token, faster from huge pages: a load must
-//! leave the weights there, mapped or streamed (FIELD-NOTES, "Page sizes and
-//! decode").
+//! leave the weights there, mapped or streamed (ARCHITECTURE.md, "Huge pages
+//! for the weights").
 //!
 //! What a load leaves is compared with what `read()` leaves, in the same
 //! run: a mapping of a file that `std::fs::read` brought into the page cache

@@ -61,10 +61,9 @@ impl CpuBufferType {
     /// kernel has no huge pages to give, or none at all, the buffer is the
     /// same, in base pages.
     ///
-    /// On by default. Decode reads every weight per token, and from huge
-    /// pages it read them about 1.12× as fast as from base pages here
-    /// (FIELD-NOTES, "Page sizes and decode"), for as long as the weights
-    /// live. Filling a buffer also pays the kernel's per-page work (fault,
+    /// On by default. Decode reads every weight per token, and reads them
+    /// faster from huge pages than from base pages (ARCHITECTURE.md, "Huge
+    /// pages for the weights"), for as long as the weights live. Filling a buffer also pays the kernel's per-page work (fault,
     /// zeroing, memory-cgroup charge, LRU insertion) once per 512 base
     /// pages. Against it: a virtual machine that hands freed memory back to
     /// its host (free page reporting) gives out huge pages from exactly the

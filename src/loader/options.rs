@@ -194,7 +194,8 @@ impl LoadOptions {
     /// The page cache outlives the process that filled it: a file another
     /// process read with `MADV_WILLNEED` (llama.cpp, weightmap before 0.2)
     /// or wrote stays in base-page folios, and decode over it runs slower
-    /// for as long as it stays (FIELD-NOTES, "Page sizes and decode").
+    /// for as long as it stays (ARCHITECTURE.md, "Huge pages for the
+    /// weights").
     /// [`Weights::huge_pages`](crate::Weights::huge_pages) tells whether it
     /// did ([`HugePages::mapped_small`](crate::HugePages::mapped_small)). For a
     /// server that will decode for hours, reading those bytes from storage

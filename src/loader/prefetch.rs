@@ -169,9 +169,8 @@ pub(crate) fn apply_advice(
 /// device and dropped from the host (`tests/budget.rs`).
 ///
 /// Decode reads every weight per token, and how fast it reads them depends
-/// on the pages behind them: PMD-mapped 2 MiB folios ran GEMV 1.12× a 4 KiB
-/// heap copy here, base-page folios 0.92× (FIELD-NOTES, "Page sizes and
-/// decode"). How the page cache is filled decides its folio size, and it
+/// on the pages behind them (ARCHITECTURE.md, "Huge pages for the
+/// weights", with the kernel functions and the figures). How the page cache is filled decides its folio size, and it
 /// outlives the process: under this advice every fault in the region, the
 /// prefetch's and the runtime's own, reads PMD-size folios (Linux 5.18+;
 /// whole in the cache on ext4 6.16+ and XFS), where `MADV_WILLNEED` reads

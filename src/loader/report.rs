@@ -93,8 +93,8 @@ pub struct BufferReport {
 
 /// How many bytes of the placed tensors sit in huge pages, measured when
 /// asked ([`Weights::huge_pages`]): decode reads every weight per token,
-/// and reads them faster from huge pages (FIELD-NOTES, "Page sizes and
-/// decode").
+/// and reads them faster from huge pages (ARCHITECTURE.md, "Huge pages for
+/// the weights").
 ///
 /// [`Weights::huge_pages`]: crate::Weights::huge_pages
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
