@@ -12,7 +12,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use numpy::npyffi::{self, npy_intp, NpyTypes, NPY_ARRAY_WRITEABLE, PY_ARRAY_API};
-use numpy::{PyArray1, PyArrayDescr, PyArrayDescrMethods, PyArrayMethods};
+use numpy::{
+    PyArray1, PyArrayDescr, PyArrayDescrMethods, PyArrayMethods, PyReadonlyArrayDyn,
+    PyUntypedArrayMethods,
+};
 use pyo3::create_exception;
 use pyo3::exceptions::{
     PyFileNotFoundError, PyKeyError, PyOSError, PyPermissionError, PyTypeError, PyValueError,
@@ -626,28 +629,27 @@ fn open(py: Python<'_>, path: PathBuf, mode: &str) -> PyResult<PyWeights> {
 }
 
 /// Dequantize `data`, the raw bytes of whole blocks of the ggml type with
-/// id `ggml_type` (any contiguous array; viewed as bytes), into a new
-/// float32 array of `n` elements, bit for bit as ggml (and
+/// id `ggml_type` (a C-contiguous uint8 array of any shape, read in place),
+/// into a new float32 array of `n` elements, bit for bit as ggml (and
 /// `gguf.quants.dequantize`) do. `weightmap.gguf.dequantize` shapes it.
+///
+/// The bytes are read without the GIL, as numpy's own functions read their
+/// inputs: another thread writing the array meanwhile gets undefined
+/// results.
 #[pyfunction]
 fn _dequantize<'py>(
     py: Python<'py>,
-    data: &Bound<'py, PyAny>,
+    data: PyReadonlyArrayDyn<'py, u8>,
     ggml_type: u32,
 ) -> PyResult<Bound<'py, PyArray1<f32>>> {
     let ty = TensorType::from_ggml_id(ggml_type)
         .ok_or_else(|| Error::new_err(format!("unknown ggml type {ggml_type}")))?;
-    // The bytes, copied once out of numpy (any layout) into an immutable
-    // bytes object.
-    let obj = py
-        .import("numpy")?
-        .call_method1("ascontiguousarray", (data,))?
-        .call_method1("view", ("uint8",))?
-        .call_method0("tobytes")?;
-    let obj = obj
-        .downcast_into::<PyBytes>()
-        .map_err(|_| PyTypeError::new_err("data: not an array"))?;
-    let bytes = obj.as_bytes();
+    if !data.is_c_contiguous() {
+        return Err(PyValueError::new_err("data: not a C-contiguous array"));
+    }
+    let bytes = data
+        .as_slice()
+        .map_err(|_| PyValueError::new_err("data: not a contiguous array"))?;
     let bs = ty.block_size() as usize;
     let ts = ty.type_size() as usize;
     if bytes.len() % ts != 0 {
