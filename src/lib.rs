@@ -23,7 +23,8 @@ pub use loader::{
     AdvicePolicy, BorrowedWeights, Budget, BufferReport, CopiedTensor, CopyReason, DirectIo,
     DirectOutcome, HugePages, LoadMode, LoadOptions, LoadReport, MappedWeights, ModelHeaders,
     OwnedTensor, Pass, PlacementKind, Prefetch, PrefetchDecision, PrefetchProgress, PrefetchState,
-    ProgressFn, ReadReport, Route, Scope, ShardReport, SkipReason, Tensor, TensorRef, Weights,
+    ProgressFn, ReadReport, Reread, RereadRefusal, Route, Scope, ShardReport, SkipReason, Tensor,
+    TensorRef, Weights,
 };
 pub use os::{evict, file_residency, page_size, AccessAdvice, Residency};
 pub use tensor::{Element, Parse, TensorInfo, TensorTable};

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::prefetch::{AdvicePolicy, Prefetch};
+use super::page_plan::{AdvicePolicy, Prefetch};
 use crate::buffer::{BufferType, CpuBufferType};
 
 use super::read::{DirectIo, ProgressFn};

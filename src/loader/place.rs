@@ -8,6 +8,7 @@ use crate::buffer::{place, Buffer, BufferType, BufferUsage, Placement};
 use crate::error::{Error, Result};
 use crate::tensor::TensorTable;
 
+use super::page_plan::drop_from;
 use super::read::{read_buffered, read_direct, DirectOutcome, Progress, ReadSrc, DIRECT_ALIGN};
 use super::report::{BufferReport, PlacementKind};
 
@@ -438,11 +439,9 @@ pub(crate) fn copy_group(
 }
 
 /// The ranges to drop from the page cache as uploaded pieces follow one
-/// another. A large folio goes only when a drop covers all of it
-/// (`POSIX_FADV_DONTNEED` passes over one that straddles the range's end),
-/// and the page cache holds the file in folios up to a huge page, so each
-/// drop reaches back a huge page into the run of pieces before it: the
-/// folio that straddled the last boundary goes with the next piece.
+/// another: each reaches back into the run of pieces before it as far as
+/// [`drop_from`] says, so that the folio that straddled the last boundary
+/// goes with the next piece.
 #[derive(Debug, Default)]
 struct Dropped {
     /// Where the current run of adjoining pieces starts, and ends.
@@ -458,7 +457,6 @@ impl Dropped {
             _ => start,
         };
         self.run = Some((run_start, end));
-        let back = crate::os::huge_page() as u64;
-        (start.saturating_sub(back).max(run_start), end)
+        (drop_from(start, run_start), end)
     }
 }

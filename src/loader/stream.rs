@@ -3,6 +3,7 @@
 
 use std::fs::File;
 
+use super::page_plan::{Reread, RereadRefusal};
 use super::prefetch::PrefetchDecision;
 use crate::error::Result;
 use crate::format::{read_header, read_header_at};
@@ -158,6 +159,10 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
         prefetcher: None,
         prefetch: PrefetchDecision::NotMapped,
         random_access: Vec::new(),
+        reread: match opts.reread_small_folios {
+            true => Reread::Refused(RereadRefusal::NotMapped),
+            false => Reread::Off,
+        },
         copied: Vec::new(),
         read: Some(ReadReport {
             threads: if used_direct {

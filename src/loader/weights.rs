@@ -263,14 +263,14 @@ impl Weights {
             // Each shard's prefetch gets its share of the memory limit, so
             // that together they hold to it.
             let mut opts = options.clone();
-            if let super::prefetch::Prefetch::Background { max_percent } = opts.prefetch {
+            if let super::page_plan::Prefetch::Background { max_percent } = opts.prefetch {
                 let (s, e) = h.header.tensor_region();
                 let share = if total == 0 {
                     1.0
                 } else {
                     (e - s) as f64 / total as f64
                 };
-                opts.prefetch = super::prefetch::Prefetch::Background {
+                opts.prefetch = super::page_plan::Prefetch::Background {
                     max_percent: ((f64::from(max_percent) * share).floor() as u8)
                         .max(1)
                         .min(max_percent),
