@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use common::pattern;
 use weightmap::gguf::Writer;
 use weightmap::{
-    evict, file_residency, AdvicePolicy, HugePages, LoadMode, LoadOptions, Prefetch, TensorType,
-    Weights,
+    evict, file_residency, AdvicePolicy, HugePages, LoadMode, LoadOptions, Prefetch, Reread,
+    RereadRefusal, TensorType, Weights,
 };
 
 const MIB: usize = 1 << 20;
@@ -167,6 +167,50 @@ fn small_folios_another_reader_left_are_reported_and_reread_on_request() {
         "re-read: {after:?}, read(): {r:?}"
     );
     assert!(after.mapped_small().unwrap() < cap / 4, "{after:?}");
+    // A populate re-reads too, before the load returns, and says how much.
+    drop(w);
+    fill(&path);
+    let opts = LoadOptions::default()
+        .prefetch(Prefetch::Populate)
+        .reread_small_folios(true);
+    let w = load(&path, &opts);
+    assert_eq!(w.report().reread, Reread::On);
+    let progress = w
+        .prefetch_progress()
+        .expect("a populate reports its progress");
+    assert_eq!(progress.state, weightmap::PrefetchState::Finished);
+    assert!(progress.bytes_reread > 0, "{progress:?}");
+    touch_and_check(&path, &w);
+}
+
+#[test]
+fn a_reread_that_cannot_act_is_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = model(dir.path());
+    let asked = LoadOptions::default().reread_small_folios(true);
+    let reread = |opts: &LoadOptions| load(&path, opts).report().reread.clone();
+    assert_eq!(reread(&LoadOptions::default()), Reread::Off);
+    let uniform = asked
+        .clone()
+        .advice(AdvicePolicy::Uniform(weightmap::AccessAdvice::Normal));
+    assert_eq!(
+        reread(&uniform),
+        Reread::Refused(RereadRefusal::UniformAdvice)
+    );
+    let stream = asked.clone().mode(LoadMode::Stream);
+    assert_eq!(reread(&stream), Reread::Refused(RereadRefusal::NotMapped));
+    // Where the kernel takes MADV_HUGEPAGE, the prefetch is what refuses;
+    // elsewhere, the want of huge pages.
+    let huge_pages_taken = reread(&asked) == Reread::On;
+    for (prefetch, name) in [(Prefetch::WillNeed, "willneed"), (Prefetch::None, "off")] {
+        let why = match huge_pages_taken {
+            true => RereadRefusal::Prefetch(name),
+            false => RereadRefusal::NoHugePages,
+        };
+        let r = reread(&asked.clone().prefetch(prefetch));
+        assert_eq!(r, Reread::Refused(why), "{prefetch:?}");
+        assert!(r.to_string().starts_with("refused: "), "{r}");
+    }
 }
 
 #[test]

@@ -200,9 +200,20 @@ impl LoadOptions {
     /// did ([`HugePages::mapped_small`](crate::HugePages::mapped_small)). For a
     /// server that will decode for hours, reading those bytes from storage
     /// once more is worth it; pages that another process still maps cannot
-    /// be dropped and stay as they are. Where the region is not advised
-    /// `MADV_HUGEPAGE` (other platforms, [`AdvicePolicy::Uniform`]) nothing
-    /// is re-read.
+    /// be dropped and stay as they are. A range is re-read when at least a
+    /// quarter of what could be in huge pages (and at least one huge page)
+    /// is in small folios.
+    ///
+    /// Where it cannot act, nothing is re-read and
+    /// [`LoadReport::reread`](crate::LoadReport::reread) says why
+    /// ([`Reread::Refused`](crate::Reread::Refused)): under
+    /// [`AdvicePolicy::Uniform`], where the kernel does not take
+    /// `MADV_HUGEPAGE` (other platforms, no transparent huge pages), and
+    /// with a prefetch that does not map the whole region
+    /// ([`Prefetch::None`], [`Prefetch::WillNeed`], a region over its share
+    /// of the memory budget). The bytes re-read are in
+    /// [`PrefetchProgress::bytes_reread`](crate::PrefetchProgress::bytes_reread),
+    /// for a populate as for a background prefetch.
     pub fn reread_small_folios(mut self, yes: bool) -> Self {
         self.reread_small_folios = yes;
         self

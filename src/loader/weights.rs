@@ -547,8 +547,10 @@ impl Weights {
         self.header().safetensors_metadata()
     }
 
-    /// How far the background prefetch has got (over every file): `None`
-    /// when none was started (see [`LoadReport::prefetch`] for why).
+    /// How far the background prefetch has got (over every file), or what a
+    /// populate ([`Prefetch::Populate`](crate::Prefetch::Populate)) read
+    /// before the load returned: `None` when neither ran (see
+    /// [`LoadReport::prefetch`] for why).
     pub fn prefetch_progress(&self) -> Option<PrefetchProgress> {
         combine_progress(
             self.parts
