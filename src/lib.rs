@@ -26,6 +26,9 @@ pub use loader::{
     ProgressFn, ReadReport, Reread, RereadRefusal, Route, Scope, ShardReport, SkipReason, Tensor,
     TensorRef, Weights,
 };
-pub use os::{evict, file_residency, page_size, AccessAdvice, Residency};
+pub use os::{
+    evict, file_residency, page_size, transparent_huge_pages, AccessAdvice, Residency,
+    TransparentHugePages,
+};
 pub use tensor::{Element, Parse, TensorInfo, TensorTable};
 pub use types::TensorType;

@@ -232,9 +232,8 @@ fn streamed_weights_are_in_transparent_huge_pages_unless_turned_off() {
     };
     let on = stream(true);
     let off = stream(false);
-    let thp =
-        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
-    if !thp.contains("[madvise]") && !thp.contains("[always]") {
+    let thp = weightmap::transparent_huge_pages();
+    if !thp.for_advised_memory() {
         println!("{test}: huge-page assertions skipped: transparent huge pages are {thp:?} here");
         return;
     }

@@ -554,7 +554,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn huge_pages_advise_the_mapping_by_default_and_not_when_turned_off() {
-        if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
+        if crate::os::transparent_huge_pages() == crate::os::TransparentHugePages::Absent {
             return; // a kernel without THP refuses the advice
         }
         if !crate::os::page_advice_is_observable("huge_pages") {
