@@ -517,7 +517,15 @@ impl PyWeights {
         d.set_item("shards", r.shards.len().max(1))?;
         d.set_item("budget_bytes", r.budget.bytes)?;
         d.set_item("budget_source", &r.budget.source)?;
+        d.set_item("reread_small_folios", r.reread.to_string())?;
         Ok(d)
+    }
+
+    /// How many bytes of the tensors sit in huge pages now (see
+    /// `huge_pages_dict`).
+    fn huge_pages<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let w = self.weights(py)?;
+        huge_pages_dict(py, &w)
     }
 
     /// Drop this handle's reference to the model. Arrays already handed out
@@ -574,6 +582,36 @@ impl PyWeights {
     }
 }
 
+/// The options `open` and `safe_open` load with: `huge_pages` for the owned
+/// CPU buffers (the stream path, copied tensors), and the re-read of small
+/// page-cache folios.
+fn load_options(mode: LoadMode, huge_pages: bool, reread_small_folios: bool) -> LoadOptions {
+    let cpu = wm::buffer::CpuBufferType::new().huge_pages(huge_pages);
+    LoadOptions::default()
+        .mode(mode)
+        .buffer_type(Arc::new(cpu))
+        .reread_small_folios(reread_small_folios)
+}
+
+/// `Weights::huge_pages` measured now, as a dict: `mapped_bytes`,
+/// `mapped_resident`, `mapped_huge`, `mapped_huge_capacity`,
+/// `mapped_small`, `owned_bytes`, `owned_huge` (`None` where this platform
+/// cannot tell), and `reread_bytes`, what the prefetch re-read.
+fn huge_pages_dict<'py>(py: Python<'py>, w: &wm::Weights) -> PyResult<Bound<'py, PyDict>> {
+    let h = py.allow_threads(|| w.huge_pages());
+    let d = PyDict::new(py);
+    d.set_item("mapped_bytes", h.mapped_bytes)?;
+    d.set_item("mapped_resident", h.mapped_resident)?;
+    d.set_item("mapped_huge", h.mapped_huge)?;
+    d.set_item("mapped_huge_capacity", h.mapped_huge_capacity)?;
+    d.set_item("mapped_small", h.mapped_small())?;
+    d.set_item("owned_bytes", h.owned_bytes)?;
+    d.set_item("owned_huge", h.owned_huge)?;
+    let reread = w.prefetch_progress().map_or(0, |p| p.bytes_reread);
+    d.set_item("reread_bytes", reread)?;
+    Ok(d)
+}
+
 /// Open a model: a GGUF or safetensors file, any shard of a split GGUF, a
 /// `*.safetensors.index.json`, or a directory holding one.
 ///
@@ -584,9 +622,22 @@ impl PyWeights {
 /// changes the arrays, and a truncated one crashes the process (SIGBUS) when
 /// they are read. If that cannot be promised, use mode="stream", which reads
 /// the tensors into memory the arrays then view.
+///
+/// huge_pages=False puts owned buffers (mode="stream", copied tensors) in
+/// base pages rather than transparent huge pages. reread_small_folios=True
+/// re-reads, once the prefetch has mapped the file, what the page cache
+/// held in small folios (`report()["reread_small_folios"]` says whether it
+/// could; `huge_pages()` measures the result).
 #[pyfunction]
-#[pyo3(signature = (path, mode = "mmap"))]
-fn open(py: Python<'_>, path: PathBuf, mode: &str) -> PyResult<PyWeights> {
+#[pyo3(signature = (path, mode = "mmap", *, huge_pages = true, reread_small_folios = false))]
+fn open(
+    py: Python<'_>,
+    path: PathBuf,
+    mode: &str,
+    huge_pages: bool,
+    reread_small_folios: bool,
+) -> PyResult<PyWeights> {
+    let opts = |mode| load_options(mode, huge_pages, reread_small_folios);
     let (mode, loaded) = match mode {
         "mmap" => {
             let p = path.clone();
@@ -597,15 +648,14 @@ fn open(py: Python<'_>, path: PathBuf, mode: &str) -> PyResult<PyWeights> {
                 // contract is passed on to the Python user: it is stated in
                 // this function's docstring (and python/README.md), and
                 // mode="stream" is there for callers who cannot keep it.
-                unsafe { wm::Weights::load(&p, &LoadOptions::default()) }
+                unsafe { wm::Weights::load(&p, &opts(LoadMode::Mmap)) }
             });
             ("mmap", r)
         }
         "stream" => {
             let p = path.clone();
-            let r = py.allow_threads(move || {
-                wm::Weights::load_streamed(&p, &LoadOptions::default().mode(LoadMode::Stream))
-            });
+            let r =
+                py.allow_threads(move || wm::Weights::load_streamed(&p, &opts(LoadMode::Stream)));
             ("stream", r)
         }
         other => {
