@@ -127,7 +127,7 @@ pub(crate) struct Asked {
     pub(crate) advice: AdvicePolicy,
     /// [`LoadOptions::prefetch`](crate::LoadOptions::prefetch).
     pub(crate) prefetch: Prefetch,
-    /// [`LoadOptions::reread_small_folios`](crate::LoadOptions::reread_small_folios).
+    /// [`LoadOptions::reread_small_folios`](crate::LoadOptions::reread_small_folios)(crate::LoadOptions::reread_small_folios).
     pub(crate) reread: bool,
 }
 
@@ -179,7 +179,7 @@ pub(crate) enum PrefetchPlan {
     Skipped(SkipReason),
 }
 
-/// What became of [`LoadOptions::reread_small_folios`].
+/// What became of [`LoadOptions::reread_small_folios`](crate::LoadOptions::reread_small_folios).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Reread {
@@ -194,7 +194,7 @@ pub enum Reread {
     Refused(RereadRefusal),
 }
 
-/// Why [`LoadOptions::reread_small_folios`] could not act.
+/// Why [`LoadOptions::reread_small_folios`](crate::LoadOptions::reread_small_folios) could not act.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RereadRefusal {

@@ -47,6 +47,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use super::page_plan::{drop_from, fits, mib, PrefetchPlan, SkipReason};
+#[cfg(doc)]
+use super::page_plan::{AdvicePolicy, Prefetch};
 use super::read::ProgressFn;
 use crate::os::{Mapping, PageMap};
 
