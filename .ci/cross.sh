@@ -21,40 +21,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-# -- the steps' bookkeeping --------------------------------------------------
-summary=()
-failed=0
-# step NAME COMMAND...: run COMMAND in a subshell under set -e, print its
-# result and the seconds it took, and carry on whatever it did.
-step() {
-  local name=$1 start rc
-  shift
-  echo
-  echo "== $name"
-  start=$SECONDS
-  set +e
-  (set -e; "$@")
-  rc=$?
-  set -e
-  local took=$((SECONDS - start))
-  local result=ok
-  if [ "$rc" -ne 0 ]; then
-    result="FAILED (exit $rc)"
-    failed=1
-  fi
-  echo "-- $name: $result, ${took}s"
-  summary+=("$(printf '%5ss  %-18s %s' "$took" "$result" "$name")")
-}
-finish() {
-  echo
-  echo "== cross summary (seconds, result, step)"
-  printf '%s\n' "${summary[@]}"
-  if [ "$failed" -ne 0 ]; then
-    echo "cross: some steps failed"
-    exit 1
-  fi
-  echo "cross: every step passed"
-}
+# The steps' bookkeeping: step, finish, binfmt_aarch64.
+# shellcheck source=.ci/lib.sh
+source .ci/lib.sh
 
 # -- 1. Debian packages ------------------------------------------------------
 packages=(rustc-web cargo-web rust-web-src
@@ -103,16 +72,6 @@ step "toolchain: $("$cargo" -V), $("$RUSTC" -V); Cargo.lock as committed" \
   "$cargo" metadata --locked --format-version 1 --no-deps -q
 
 # -- 3. aarch64-unknown-linux-gnu, under qemu-user ---------------------------
-binfmt_aarch64() {
-  local dir=/proc/sys/fs/binfmt_misc
-  if [ -e "$dir/qemu-aarch64" ]; then
-    cat "$dir/qemu-aarch64"
-    return
-  fi
-  [ -e "$dir/register" ] || mount -t binfmt_misc binfmt_misc "$dir"
-  cat /usr/lib/binfmt.d/qemu-aarch64.conf >"$dir/register"
-  cat "$dir/qemu-aarch64"
-}
 step "aarch64: qemu-user for aarch64 ELF files in binfmt_misc (for the programs the tests spawn)" binfmt_aarch64
 
 # The C ABI's test compiles its C program with $CC: the cross compiler, here
@@ -232,4 +191,4 @@ for t in aarch64-linux-android armv7-linux-androideabi x86_64-linux-android \
     "$cargo" check --locked -Zbuild-std --target "$t" --keep-going -p weightmap -p weightmap-capi -p weightmap-cli
 done
 
-finish
+finish cross

@@ -34,36 +34,9 @@ TEST_DEPS=(pytest "gguf==0.19.0" safetensors ml_dtypes)
 # Every CPython from the wheel's floor (requires-python) up to this one must be found.
 REQUIRED_MINORS="9 10 11 12 13"
 
-summary=()
-failed=0
-step() {
-  local name=$1 start rc
-  shift
-  echo
-  echo "== $name"
-  start=$SECONDS
-  set +e
-  (set -e; "$@")
-  rc=$?
-  set -e
-  local took=$((SECONDS - start)) result=ok
-  if [ "$rc" -ne 0 ]; then
-    result="FAILED (exit $rc)"
-    failed=1
-  fi
-  echo "-- $name: $result, ${took}s"
-  summary+=("$(printf '%5ss  %-18s %s' "$took" "$result" "$name")")
-}
-finish() {
-  echo
-  echo "== wheels summary (seconds, result, step)"
-  printf '%s\n' "${summary[@]}"
-  if [ "$failed" -ne 0 ]; then
-    echo "wheels: some steps failed"
-    exit 1
-  fi
-  echo "wheels: every step passed"
-}
+# The steps' bookkeeping: step, finish, binfmt_aarch64.
+# shellcheck source=.ci/lib.sh
+source .ci/lib.sh
 
 # pytest_in DIR PYTHON [ARGS...]: python/tests from python/ (not the source
 # package, which is python/python/weightmap), "no tests" failing.
@@ -84,7 +57,7 @@ pytest_in() {
 # -- 1. build ----------------------------------------------------------------
 step "python/build-wheels.sh x86_64 aarch64 sdist" bash python/build-wheels.sh x86_64 aarch64 sdist
 if [ "$failed" -ne 0 ]; then
-  finish
+  finish wheels
 fi
 version=$(sed -n 's/^version = "\([0-9.]*\)"$/\1/p' python/Cargo.toml | head -1)
 x86_whl=$WHEELS/weightmap-$version-cp39-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl
@@ -202,17 +175,6 @@ a64_python() {
 }
 step "Debian's arm64 CPython 3.11 (apt-get download, unpacked in target/) and aarch64 wheels from PyPI" a64_python
 
-binfmt_aarch64() {
-  # The tests start the interpreter again (sys.executable) in subprocesses:
-  # the kernel hands aarch64 ELF files to qemu through binfmt_misc
-  # (.ci/cross.sh registers it too), with QEMU_LD_PREFIX as the root.
-  local dir=/proc/sys/fs/binfmt_misc
-  if [ ! -e "$dir/qemu-aarch64" ]; then
-    [ -e "$dir/register" ] || mount -t binfmt_misc binfmt_misc "$dir"
-    cat /usr/lib/binfmt.d/qemu-aarch64.conf >"$dir/register"
-  fi
-  cat "$dir/qemu-aarch64"
-}
 step "qemu-user for aarch64 ELF files in binfmt_misc" binfmt_aarch64
 
 a64_test() {
@@ -227,4 +189,4 @@ print(sys.version.split()[0], platform.machine(), "numpy", numpy.__version__, "w
 }
 step "aarch64 wheel under qemu-user, Debian's arm64 CPython 3.11: python/tests (no torch)" a64_test
 
-finish
+finish wheels

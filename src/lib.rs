@@ -24,8 +24,12 @@ pub use loader::{
     AdvicePolicy, BorrowedWeights, Budget, BufferReport, CopiedTensor, CopyReason, DirectIo,
     DirectOutcome, HugePages, LoadMode, LoadOptions, LoadReport, MappedWeights, ModelHeaders,
     OwnedTensor, Pass, PlacementKind, Prefetch, PrefetchDecision, PrefetchProgress, PrefetchState,
-    ProgressFn, ReadReport, Route, Scope, ShardReport, SkipReason, Tensor, TensorRef, Weights,
+    ProgressFn, ReadReport, Reread, RereadRefusal, Route, Scope, ShardReport, SkipReason, Tensor,
+    TensorRef, Weights,
 };
-pub use os::{evict, file_residency, page_size, AccessAdvice, Residency};
+pub use os::{
+    evict, file_residency, page_size, transparent_huge_pages, AccessAdvice, Residency,
+    TransparentHugePages,
+};
 pub use tensor::{Element, Parse, TensorInfo, TensorTable};
 pub use types::TensorType;

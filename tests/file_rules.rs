@@ -1,7 +1,7 @@
 //! What a runtime may do with a model file around a load, on every
 //! platform: delete or replace it once the `Weights` drop (Windows refuses
-//! both while a view of the file is mapped: FIELD-NOTES, "Other
-//! platforms", safetensors #164 and #574, ollama #17070), and, on Windows,
+//! both while a view of the file is mapped: ARCHITECTURE.md, "Platforms",
+//! safetensors #164 and #574, ollama #17070), and, on Windows,
 //! that a mapped file cannot be truncated, so that no mapped read can meet
 //! a vanished page.
 

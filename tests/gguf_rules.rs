@@ -500,6 +500,33 @@ fn duplicate_key() {
 }
 
 #[test]
+fn the_duplicate_named_is_the_first_repeat_in_file_order() {
+    // The error names the entry a reader going through the file meets
+    // first (ggml, gguf-py), whatever the keys' order and counts.
+    for (keys, repeat) in [
+        (["b", "a", "a", "b", "a"].as_slice(), 2),
+        (&["z", "a", "z", "a"], 2),
+    ] {
+        let built = keys
+            .iter()
+            .enumerate()
+            .fold(GgufSpec::new(), |spec, (i, k)| {
+                spec.kv(Kv::u32(k, i as u32))
+            })
+            .build();
+        match err(&built.bytes) {
+            Error::DuplicateKey { key, offset } => {
+                assert_eq!(
+                    (key.as_str(), offset),
+                    (keys[repeat], built.kv_at[repeat] as u64)
+                )
+            }
+            e => panic!("{e:?}"),
+        }
+    }
+}
+
+#[test]
 fn key_not_utf8() {
     let mut kv = Kv::u32("ab", 1);
     kv.key = vec![b'a', 0xff];

@@ -1,6 +1,6 @@
 //! Decode reads every weight per token, faster from huge pages: a load must
-//! leave the weights there, mapped or streamed (FIELD-NOTES, "Page sizes and
-//! decode").
+//! leave the weights there, mapped or streamed (ARCHITECTURE.md, "Huge pages
+//! for the weights").
 //!
 //! What a load leaves is compared with what `read()` leaves, in the same
 //! run: a mapping of a file that `std::fs::read` brought into the page cache
@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use common::pattern;
 use weightmap::gguf::Writer;
 use weightmap::{
-    evict, file_residency, AdvicePolicy, HugePages, LoadMode, LoadOptions, Prefetch, TensorType,
-    Weights,
+    evict, file_residency, AdvicePolicy, HugePages, LoadMode, LoadOptions, Prefetch, Reread,
+    RereadRefusal, TensorType, Weights,
 };
 
 const MIB: usize = 1 << 20;
@@ -167,6 +167,50 @@ fn small_folios_another_reader_left_are_reported_and_reread_on_request() {
         "re-read: {after:?}, read(): {r:?}"
     );
     assert!(after.mapped_small().unwrap() < cap / 4, "{after:?}");
+    // A populate re-reads too, before the load returns, and says how much.
+    drop(w);
+    fill(&path);
+    let opts = LoadOptions::default()
+        .prefetch(Prefetch::Populate)
+        .reread_small_folios(true);
+    let w = load(&path, &opts);
+    assert_eq!(w.report().reread, Reread::On);
+    let progress = w
+        .prefetch_progress()
+        .expect("a populate reports its progress");
+    assert_eq!(progress.state, weightmap::PrefetchState::Finished);
+    assert!(progress.bytes_reread > 0, "{progress:?}");
+    touch_and_check(&path, &w);
+}
+
+#[test]
+fn a_reread_that_cannot_act_is_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = model(dir.path());
+    let asked = LoadOptions::default().reread_small_folios(true);
+    let reread = |opts: &LoadOptions| load(&path, opts).report().reread.clone();
+    assert_eq!(reread(&LoadOptions::default()), Reread::Off);
+    let uniform = asked
+        .clone()
+        .advice(AdvicePolicy::Uniform(weightmap::AccessAdvice::Normal));
+    assert_eq!(
+        reread(&uniform),
+        Reread::Refused(RereadRefusal::UniformAdvice)
+    );
+    let stream = asked.clone().mode(LoadMode::Stream);
+    assert_eq!(reread(&stream), Reread::Refused(RereadRefusal::NotMapped));
+    // Where the kernel takes MADV_HUGEPAGE, the prefetch is what refuses;
+    // elsewhere, the want of huge pages.
+    let huge_pages_taken = reread(&asked) == Reread::On;
+    for (prefetch, name) in [(Prefetch::WillNeed, "willneed"), (Prefetch::None, "off")] {
+        let why = match huge_pages_taken {
+            true => RereadRefusal::Prefetch(name),
+            false => RereadRefusal::NoHugePages,
+        };
+        let r = reread(&asked.clone().prefetch(prefetch));
+        assert_eq!(r, Reread::Refused(why), "{prefetch:?}");
+        assert!(r.to_string().starts_with("refused: "), "{r}");
+    }
 }
 
 #[test]
@@ -188,9 +232,8 @@ fn streamed_weights_are_in_transparent_huge_pages_unless_turned_off() {
     };
     let on = stream(true);
     let off = stream(false);
-    let thp =
-        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
-    if !thp.contains("[madvise]") && !thp.contains("[always]") {
+    let thp = weightmap::transparent_huge_pages();
+    if !thp.for_advised_memory() {
         println!("{test}: huge-page assertions skipped: transparent huge pages are {thp:?} here");
         return;
     }

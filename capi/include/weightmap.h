@@ -110,6 +110,11 @@
 #define WM_MODE_MMAP_ALL 2
 
 /**
+ * A [`wm_huge_page_bytes`] field that could not be measured here.
+ */
+#define WM_UNKNOWN UINT64_MAX
+
+/**
  * `wm_cache_report.outcome`: a valid entry was mapped; nothing was
  * transformed and no callback was called.
  */
@@ -153,7 +158,68 @@ typedef struct wm_options {
    * power of two); 0 = the default (32, as ggml's CPU buffer).
    */
   uint64_t alignment;
+  /**
+   * 1: owned CPU buffers (the stream path, copied tensors) in transparent
+   * huge pages where the kernel gives them (the default); 0: in base
+   * pages (a virtual machine that hands freed memory back to its host
+   * can load faster so).
+   */
+  uint32_t huge_pages;
+  /**
+   * 1: once the prefetch has mapped the tensor region, drop and read
+   * again what the page cache held in small folios (another process
+   * filled it), so that decode reads huge pages; 0: not (the default).
+   * Where it cannot act (no huge pages here, no prefetch that maps the
+   * whole region) nothing is re-read; [`wm_huge_pages`] measures the
+   * result.
+   */
+  uint32_t reread_small_folios;
 } wm_options;
+
+/**
+ * How many bytes of the placed tensors sit in huge pages, measured when
+ * [`wm_huge_pages`] is called. Decode reads every weight per token, and
+ * reads it faster from huge pages.
+ */
+typedef struct wm_huge_page_bytes {
+  /**
+   * Bytes of the buffers that view the file mapping.
+   */
+  uint64_t mapped_bytes;
+  /**
+   * Of those, the bytes this process has mapped (read by now), or
+   * [`WM_UNKNOWN`].
+   */
+  uint64_t mapped_resident;
+  /**
+   * Of those, the bytes mapped in huge pages, or [`WM_UNKNOWN`].
+   */
+  uint64_t mapped_huge;
+  /**
+   * Bytes of the mapped buffers inside whole huge pages: the most that
+   * can be mapped in huge pages.
+   */
+  uint64_t mapped_huge_capacity;
+  /**
+   * Of the resident bytes that could be in huge pages, those in base
+   * pages (small page-cache folios: what `reread_small_folios`
+   * re-reads), or [`WM_UNKNOWN`].
+   */
+  uint64_t mapped_small;
+  /**
+   * Bytes of the owned host buffers (copies, the stream path).
+   */
+  uint64_t owned_bytes;
+  /**
+   * Of those, the bytes in transparent huge pages, or [`WM_UNKNOWN`].
+   */
+  uint64_t owned_huge;
+  /**
+   * Bytes the prefetch dropped and read again because the page cache
+   * held them in small folios (0 when none was asked for or could be).
+   */
+  uint64_t reread_bytes;
+} wm_huge_page_bytes;
 
 /**
  * One tensor, as ggml describes it. Filled by [`wm_tensor_at`] and
@@ -307,7 +373,8 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * The default options: mmap mode, fallback to stream on, default alignment.
+ * The default options: mmap mode, fallback to stream on, default
+ * alignment, owned buffers in huge pages, no re-read of small folios.
  */
 struct wm_options wm_options_default(void);
 
@@ -401,6 +468,19 @@ const char *wm_fallback_reason(const struct wm_weights *w);
  * for writing a `uint64_t`; `source` is NULL or valid for writing a pointer.
  */
 int wm_budget(const struct wm_weights *w, uint64_t *bytes, const char **source);
+
+/**
+ * Measure how many bytes of the placed tensors sit in huge pages now, into
+ * `*out` (fields that cannot be measured here are [`WM_UNKNOWN`]): after
+ * the prefetch or a first pass, since a mapping has no pages until read.
+ *
+ * Returns [`WM_OK`], or [`WM_ERR_BAD_ARGUMENT`] (NULL `w` or `out`).
+ *
+ * # Safety
+ * `w` is NULL or a live pointer from [`wm_load`]; `out` is NULL or valid
+ * for writing a [`wm_huge_page_bytes`].
+ */
+int wm_huge_pages(const struct wm_weights *w, struct wm_huge_page_bytes *out);
 
 /**
  * Number of tensors; 0 for NULL.

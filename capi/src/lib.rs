@@ -123,6 +123,50 @@ pub struct wm_options {
     /// The CPU buffer alignment tensors must have to be viewed in place (a
     /// power of two); 0 = the default (32, as ggml's CPU buffer).
     pub alignment: u64,
+    /// 1: owned CPU buffers (the stream path, copied tensors) in transparent
+    /// huge pages where the kernel gives them (the default); 0: in base
+    /// pages (a virtual machine that hands freed memory back to its host
+    /// can load faster so).
+    pub huge_pages: u32,
+    /// 1: once the prefetch has mapped the tensor region, drop and read
+    /// again what the page cache held in small folios (another process
+    /// filled it), so that decode reads huge pages; 0: not (the default).
+    /// Where it cannot act (no huge pages here, no prefetch that maps the
+    /// whole region) nothing is re-read; [`wm_huge_pages`] measures the
+    /// result.
+    pub reread_small_folios: u32,
+}
+
+/// A [`wm_huge_page_bytes`] field that could not be measured here.
+pub const WM_UNKNOWN: u64 = u64::MAX;
+
+/// How many bytes of the placed tensors sit in huge pages, measured when
+/// [`wm_huge_pages`] is called. Decode reads every weight per token, and
+/// reads it faster from huge pages.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct wm_huge_page_bytes {
+    /// Bytes of the buffers that view the file mapping.
+    pub mapped_bytes: u64,
+    /// Of those, the bytes this process has mapped (read by now), or
+    /// [`WM_UNKNOWN`].
+    pub mapped_resident: u64,
+    /// Of those, the bytes mapped in huge pages, or [`WM_UNKNOWN`].
+    pub mapped_huge: u64,
+    /// Bytes of the mapped buffers inside whole huge pages: the most that
+    /// can be mapped in huge pages.
+    pub mapped_huge_capacity: u64,
+    /// Of the resident bytes that could be in huge pages, those in base
+    /// pages (small page-cache folios: what `reread_small_folios`
+    /// re-reads), or [`WM_UNKNOWN`].
+    pub mapped_small: u64,
+    /// Bytes of the owned host buffers (copies, the stream path).
+    pub owned_bytes: u64,
+    /// Of those, the bytes in transparent huge pages, or [`WM_UNKNOWN`].
+    pub owned_huge: u64,
+    /// Bytes the prefetch dropped and read again because the page cache
+    /// held them in small folios (0 when none was asked for or could be).
+    pub reread_bytes: u64,
 }
 
 /// One tensor, as ggml describes it. Filled by [`wm_tensor_at`] and
@@ -333,13 +377,28 @@ unsafe fn put_str(
 
 // ---- loading ------------------------------------------------------------------------------
 
-/// The default options: mmap mode, fallback to stream on, default alignment.
+/// The default options: mmap mode, fallback to stream on, default
+/// alignment, owned buffers in huge pages, no re-read of small folios.
 #[no_mangle]
 pub extern "C" fn wm_options_default() -> wm_options {
     wm_options {
         mode: WM_MODE_MMAP,
         fallback: 1,
         alignment: 0,
+        huge_pages: 1,
+        reread_small_folios: 0,
+    }
+}
+
+/// A 0-or-1 field of `wm_options`, or why not.
+fn flag(name: &str, v: u32) -> Result<bool, Fail> {
+    match v {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(Fail::new(
+            WM_ERR_BAD_ARGUMENT,
+            format!("wm_options.{name} is {v}: must be 0 or 1"),
+        )),
     }
 }
 
@@ -357,34 +416,33 @@ fn load_options(o: &wm_options) -> Result<LoadOptions, Fail> {
             ))
         }
     };
-    let fallback = match o.fallback {
-        0 => false,
-        1 => true,
-        f => {
-            return Err(Fail::new(
-                WM_ERR_BAD_ARGUMENT,
-                format!("wm_options.fallback is {f}: must be 0 or 1"),
-            ))
-        }
-    };
+    let fallback = flag("fallback", o.fallback)?;
+    let huge_pages = flag("huge_pages", o.huge_pages)?;
+    let reread = flag("reread_small_folios", o.reread_small_folios)?;
     let mut opts = LoadOptions::default()
         .mode(mode)
         .fallback(fallback)
-        .require_all_mapped(all);
-    if o.alignment != 0 {
-        let a = usize::try_from(o.alignment).map_err(|_| {
-            Fail::new(
-                WM_ERR_BAD_ARGUMENT,
-                format!("wm_options.alignment {} is too large", o.alignment),
-            )
-        })?;
-        let bt = CpuBufferType::with_alignment(a).map_err(|e| {
-            Fail::new(
-                WM_ERR_BAD_ARGUMENT,
-                format!("wm_options.alignment {}: {e}", o.alignment),
-            )
-        })?;
-        opts = opts.buffer_type(Arc::new(bt));
+        .require_all_mapped(all)
+        .reread_small_folios(reread);
+    if o.alignment != 0 || !huge_pages {
+        let bt = match o.alignment {
+            0 => CpuBufferType::new(),
+            a => {
+                let a = usize::try_from(a).map_err(|_| {
+                    Fail::new(
+                        WM_ERR_BAD_ARGUMENT,
+                        format!("wm_options.alignment {a} is too large"),
+                    )
+                })?;
+                CpuBufferType::with_alignment(a).map_err(|e| {
+                    Fail::new(
+                        WM_ERR_BAD_ARGUMENT,
+                        format!("wm_options.alignment {}: {e}", o.alignment),
+                    )
+                })?
+            }
+        };
+        opts = opts.buffer_type(Arc::new(bt.huge_pages(huge_pages)));
     }
     Ok(opts)
 }
@@ -630,6 +688,45 @@ pub unsafe extern "C" fn wm_budget(
             .ok_or_else(|| Fail::new(WM_ERR_NOT_FOUND, "no memory budget could be read"))?;
         // SAFETY: by the contract, `bytes` is valid for writing.
         unsafe { bytes.write(b) };
+        Ok(())
+    })
+}
+
+/// Measure how many bytes of the placed tensors sit in huge pages now, into
+/// `*out` (fields that cannot be measured here are [`WM_UNKNOWN`]): after
+/// the prefetch or a first pass, since a mapping has no pages until read.
+///
+/// Returns [`WM_OK`], or [`WM_ERR_BAD_ARGUMENT`] (NULL `w` or `out`).
+///
+/// # Safety
+/// `w` is NULL or a live pointer from [`wm_load`]; `out` is NULL or valid
+/// for writing a [`wm_huge_page_bytes`].
+#[no_mangle]
+pub unsafe extern "C" fn wm_huge_pages(
+    w: *const wm_weights,
+    out: *mut wm_huge_page_bytes,
+) -> c_int {
+    guard(|| {
+        // SAFETY: by the contract.
+        let w = unsafe { weights_ref(w) }?;
+        if out.is_null() {
+            return Err(Fail::null("out"));
+        }
+        let h = w.weights.huge_pages();
+        let known = |v: Option<u64>| v.unwrap_or(WM_UNKNOWN);
+        let reread = w.weights.prefetch_progress().map_or(0, |p| p.bytes_reread);
+        let figures = wm_huge_page_bytes {
+            mapped_bytes: h.mapped_bytes,
+            mapped_resident: known(h.mapped_resident),
+            mapped_huge: known(h.mapped_huge),
+            mapped_huge_capacity: h.mapped_huge_capacity,
+            mapped_small: known(h.mapped_small()),
+            owned_bytes: h.owned_bytes,
+            owned_huge: known(h.owned_huge),
+            reread_bytes: reread,
+        };
+        // SAFETY: by the contract, `out` is valid for writing.
+        unsafe { out.write(figures) };
         Ok(())
     })
 }

@@ -49,6 +49,7 @@ fn opts(mode: u32, fallback: u32, alignment: u64) -> wm_options {
         mode,
         fallback,
         alignment,
+        ..wm_options_default()
     }
 }
 
@@ -80,6 +81,94 @@ fn file_bytes(name: &str, offset: u64, len: u64) -> Vec<u8> {
 fn defaults_are_mmap_with_fallback() {
     let o = wm_options_default();
     assert_eq!((o.mode, o.fallback, o.alignment), (0, 1, 0));
+    assert_eq!((o.huge_pages, o.reread_small_folios), (1, 0));
+}
+
+/// Load `path` (a C string) with `o`.
+fn load_path(path: &CStr, o: &wm_options) -> Loaded {
+    let mut out = null_mut();
+    // SAFETY: valid C string, options and out pointer.
+    let rc = unsafe { wm_load(path.as_ptr(), o, &mut out) };
+    assert_eq!(rc, WM_OK, "{}", last_error());
+    Loaded(out)
+}
+
+fn huge_pages_of(w: &Loaded) -> wm_huge_page_bytes {
+    let mut h = wm_huge_page_bytes::default();
+    // SAFETY: live weights, room for the figures.
+    assert_eq!(unsafe { wm_huge_pages(w.0, &mut h) }, WM_OK);
+    h
+}
+
+#[test]
+fn owned_huge_pages_turn_off_and_the_figure_says_so() {
+    // 8 MiB of tensors: owned buffers that large are mapped, so that they
+    // can be in huge pages.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.gguf");
+    let mut wr = weightmap::gguf::Writer::new(32);
+    for i in 0..4u8 {
+        wr.tensor(
+            &format!("t{i}"),
+            TensorType::I8,
+            &[2 << 20],
+            vec![i; 2 << 20],
+        );
+    }
+    std::fs::write(&path, wr.to_bytes()).unwrap();
+    let c_path = CString::new(path.to_str().unwrap()).unwrap();
+    let stream = |huge_pages: u32| {
+        let o = wm_options {
+            huge_pages,
+            ..opts(WM_MODE_STREAM, 1, 0)
+        };
+        let w = load_path(&c_path, &o);
+        let t = tensor(&w, "t3").unwrap();
+        assert!(bytes_of(&t).iter().all(|&b| b == 3));
+        huge_pages_of(&w)
+    };
+    let (on, off) = (stream(1), stream(0));
+    for h in [&on, &off] {
+        assert_eq!(h.mapped_bytes, 0, "{h:?}");
+        assert!(h.owned_bytes >= 8 << 20, "{h:?}");
+        assert_eq!(h.reread_bytes, 0, "{h:?}");
+    }
+    if on.owned_huge == WM_UNKNOWN || !weightmap::transparent_huge_pages().for_advised_memory() {
+        println!("huge-page figures skipped: not measurable here ({on:?})");
+        return;
+    }
+    assert!(on.owned_huge > 0, "{on:?}");
+    assert_eq!(off.owned_huge, 0, "{off:?}");
+    // Mapped, the figures are the mapping's.
+    let w = load_path(&c_path, &opts(WM_MODE_MMAP, 1, 0));
+    let h = huge_pages_of(&w);
+    assert!(h.mapped_bytes >= 8 << 20 && h.owned_bytes == 0, "{h:?}");
+}
+
+#[test]
+fn the_reread_is_asked_for_through_the_options() {
+    let o = wm_options {
+        reread_small_folios: 1,
+        ..wm_options_default()
+    };
+    let w = load("tiny-llama.gguf", Some(o)).unwrap();
+    // SAFETY: live weights.
+    let rr = unsafe { &(*w.0).weights }.report().reread.clone();
+    assert_ne!(rr, weightmap::Reread::Off, "asked for: acting or refused");
+    let h = huge_pages_of(&w);
+    assert!(h.mapped_bytes > 0, "{h:?}");
+    // NULL figures are a bad argument.
+    // SAFETY: live weights; a NULL `out` is refused.
+    assert_eq!(
+        unsafe { wm_huge_pages(w.0, null_mut()) },
+        WM_ERR_BAD_ARGUMENT
+    );
+    // SAFETY: a NULL `w` is refused.
+    let mut h = wm_huge_page_bytes::default();
+    assert_eq!(
+        unsafe { wm_huge_pages(null(), &mut h) },
+        WM_ERR_BAD_ARGUMENT
+    );
 }
 
 #[test]
@@ -251,6 +340,20 @@ fn bad_options_are_bad_arguments() {
         (opts(3, 1, 0), "mode is 3"),
         (opts(0, 2, 0), "fallback is 2"),
         (opts(0, 1, 24), "alignment 24"),
+        (
+            wm_options {
+                huge_pages: 2,
+                ..wm_options_default()
+            },
+            "huge_pages is 2",
+        ),
+        (
+            wm_options {
+                reread_small_folios: 7,
+                ..wm_options_default()
+            },
+            "reread_small_folios is 7",
+        ),
     ] {
         let (rc, msg) = load("tiny-llama.gguf", Some(o)).err().unwrap();
         assert_eq!(rc, WM_ERR_BAD_ARGUMENT);

@@ -353,6 +353,7 @@ fn load_both_modes_give_the_same_bytes() {
         "prefetch_kind",
         "prefetched_bytes",
         "prefetch_reread_bytes",
+        "reread_small_folios",
         "random_access_tensors",
         "shards",
         "shard_files",

@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 
 use numpy::PyArray1;
+use pyo3::exceptions::PyKeyError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
@@ -40,7 +41,14 @@ impl GgufLayout {
     fn new(py: Python<'_>, path: PathBuf) -> PyResult<GgufLayout> {
         let header = py
             .allow_threads(|| wm::Header::read(&path))
-            .map_err(|e| to_py(py, e))?;
+            .map_err(|e| match e {
+                // gguf-py 0.19's GGUFReader raises this for the first key
+                // that repeats one before it (`_push_field`).
+                wm::Error::DuplicateKey { key, offset } => PyKeyError::new_err(format!(
+                    "Duplicate {key} already in list at offset {offset}"
+                )),
+                e => to_py(py, e),
+            })?;
         if header.gguf().is_none() {
             return Err(Error::new_err(format!(
                 "{}: not a GGUF file (GGUF magic invalid)",
@@ -121,14 +129,56 @@ impl GgufLayout {
         Ok(PyArray1::from_vec(py, offsets))
     }
 
-    /// The tensors in file order: `(name, ggml_type, offset, nbytes)`, the
-    /// offset from the data section's start.
+    /// The tensors in file order: `(name, ggml_type, offset, nbytes,
+    /// descriptor_offset, n_dims)`, `offset` from the data section's start,
+    /// `descriptor_offset` (where the tensor's descriptor, its name's 8-byte
+    /// length first, sits) from the file's start.
     fn tensors<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let items = self
-            .header
-            .tensors()
-            .iter()
-            .map(|t| (t.name, t.ty.ggml_id(), t.offset, t.nbytes));
+        let tensors = self.header.tensors();
+        let offsets = self.descriptor_offsets()?;
+        let items = tensors.iter().zip(offsets).map(|(t, at)| {
+            (
+                t.name,
+                t.ty.ggml_id(),
+                t.offset,
+                t.nbytes,
+                at,
+                t.shape.len(),
+            )
+        });
         PyList::new(py, items)
+    }
+}
+
+impl GgufLayout {
+    /// Where each tensor descriptor starts: the first where the last
+    /// key/value ends (after the 24-byte fixed header when there is none),
+    /// each next one after the name's length and bytes, `n_dims`, the
+    /// dimensions, the type and the offset. The parser validated every one
+    /// of these fields; the sum must end where it said the descriptors end.
+    fn descriptor_offsets(&self) -> PyResult<Vec<u64>> {
+        const FIXED_HEADER: u64 = 24; // magic, version, tensor count, kv count
+        const FIXED_DESCRIPTOR: u64 = 8 + 4 + 4 + 8; // name length, n_dims, type, offset
+        let mut at = self
+            .metadata()
+            .layout()
+            .last()
+            .map_or(FIXED_HEADER, |kv| kv.value.end);
+        let mut offsets = Vec::with_capacity(self.header.tensors().len());
+        for t in self.header.tensors() {
+            offsets.push(at);
+            let len = (t.name.len() as u64)
+                .checked_add(FIXED_DESCRIPTOR)
+                .and_then(|n| n.checked_add((t.shape.len() as u64).checked_mul(8)?))
+                .and_then(|n| at.checked_add(n));
+            at = len.ok_or_else(|| Error::new_err("tensor descriptors past u64"))?;
+        }
+        if at != self.gguf().header_len() {
+            return Err(Error::new_err(format!(
+                "tensor descriptors end at {at}, the header at {}",
+                self.gguf().header_len()
+            )));
+        }
+        Ok(offsets)
     }
 }

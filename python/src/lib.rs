@@ -12,7 +12,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use numpy::npyffi::{self, npy_intp, NpyTypes, NPY_ARRAY_WRITEABLE, PY_ARRAY_API};
-use numpy::{PyArray1, PyArrayDescr, PyArrayDescrMethods, PyArrayMethods};
+use numpy::{
+    PyArray1, PyArrayDescr, PyArrayDescrMethods, PyArrayMethods, PyReadonlyArrayDyn,
+    PyUntypedArrayMethods,
+};
 use pyo3::create_exception;
 use pyo3::exceptions::{
     PyFileNotFoundError, PyKeyError, PyOSError, PyPermissionError, PyTypeError, PyValueError,
@@ -515,7 +518,15 @@ impl PyWeights {
         d.set_item("shards", r.shards.len().max(1))?;
         d.set_item("budget_bytes", r.budget.bytes)?;
         d.set_item("budget_source", &r.budget.source)?;
+        d.set_item("reread_small_folios", r.reread.to_string())?;
         Ok(d)
+    }
+
+    /// How many bytes of the tensors sit in huge pages now (see
+    /// `huge_pages_dict`).
+    fn huge_pages<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let w = self.weights(py)?;
+        huge_pages_dict(py, &w)
     }
 
     /// Drop this handle's reference to the model. Arrays already handed out
@@ -572,6 +583,36 @@ impl PyWeights {
     }
 }
 
+/// The options `open` and `safe_open` load with: `huge_pages` for the owned
+/// CPU buffers (the stream path, copied tensors), and the re-read of small
+/// page-cache folios.
+fn load_options(mode: LoadMode, huge_pages: bool, reread_small_folios: bool) -> LoadOptions {
+    let cpu = wm::buffer::CpuBufferType::new().huge_pages(huge_pages);
+    LoadOptions::default()
+        .mode(mode)
+        .buffer_type(Arc::new(cpu))
+        .reread_small_folios(reread_small_folios)
+}
+
+/// `Weights::huge_pages` measured now, as a dict: `mapped_bytes`,
+/// `mapped_resident`, `mapped_huge`, `mapped_huge_capacity`,
+/// `mapped_small`, `owned_bytes`, `owned_huge` (`None` where this platform
+/// cannot tell), and `reread_bytes`, what the prefetch re-read.
+fn huge_pages_dict<'py>(py: Python<'py>, w: &wm::Weights) -> PyResult<Bound<'py, PyDict>> {
+    let h = py.allow_threads(|| w.huge_pages());
+    let d = PyDict::new(py);
+    d.set_item("mapped_bytes", h.mapped_bytes)?;
+    d.set_item("mapped_resident", h.mapped_resident)?;
+    d.set_item("mapped_huge", h.mapped_huge)?;
+    d.set_item("mapped_huge_capacity", h.mapped_huge_capacity)?;
+    d.set_item("mapped_small", h.mapped_small())?;
+    d.set_item("owned_bytes", h.owned_bytes)?;
+    d.set_item("owned_huge", h.owned_huge)?;
+    let reread = w.prefetch_progress().map_or(0, |p| p.bytes_reread);
+    d.set_item("reread_bytes", reread)?;
+    Ok(d)
+}
+
 /// Open a model: a GGUF or safetensors file, any shard of a split GGUF, a
 /// `*.safetensors.index.json`, or a directory holding one.
 ///
@@ -582,9 +623,22 @@ impl PyWeights {
 /// changes the arrays, and a truncated one crashes the process (SIGBUS) when
 /// they are read. If that cannot be promised, use mode="stream", which reads
 /// the tensors into memory the arrays then view.
+///
+/// huge_pages=False puts owned buffers (mode="stream", copied tensors) in
+/// base pages rather than transparent huge pages. reread_small_folios=True
+/// re-reads, once the prefetch has mapped the file, what the page cache
+/// held in small folios (`report()["reread_small_folios"]` says whether it
+/// could; `huge_pages()` measures the result).
 #[pyfunction]
-#[pyo3(signature = (path, mode = "mmap"))]
-fn open(py: Python<'_>, path: PathBuf, mode: &str) -> PyResult<PyWeights> {
+#[pyo3(signature = (path, mode = "mmap", *, huge_pages = true, reread_small_folios = false))]
+fn open(
+    py: Python<'_>,
+    path: PathBuf,
+    mode: &str,
+    huge_pages: bool,
+    reread_small_folios: bool,
+) -> PyResult<PyWeights> {
+    let opts = |mode| load_options(mode, huge_pages, reread_small_folios);
     let (mode, loaded) = match mode {
         "mmap" => {
             let p = path.clone();
@@ -595,15 +649,14 @@ fn open(py: Python<'_>, path: PathBuf, mode: &str) -> PyResult<PyWeights> {
                 // contract is passed on to the Python user: it is stated in
                 // this function's docstring (and python/README.md), and
                 // mode="stream" is there for callers who cannot keep it.
-                unsafe { wm::Weights::load(&p, &LoadOptions::default()) }
+                unsafe { wm::Weights::load(&p, &opts(LoadMode::Mmap)) }
             });
             ("mmap", r)
         }
         "stream" => {
             let p = path.clone();
-            let r = py.allow_threads(move || {
-                wm::Weights::load_streamed(&p, &LoadOptions::default().mode(LoadMode::Stream))
-            });
+            let r =
+                py.allow_threads(move || wm::Weights::load_streamed(&p, &opts(LoadMode::Stream)));
             ("stream", r)
         }
         other => {
@@ -627,28 +680,27 @@ fn open(py: Python<'_>, path: PathBuf, mode: &str) -> PyResult<PyWeights> {
 }
 
 /// Dequantize `data`, the raw bytes of whole blocks of the ggml type with
-/// id `ggml_type` (any contiguous array; viewed as bytes), into a new
-/// float32 array of `n` elements, bit for bit as ggml (and
+/// id `ggml_type` (a C-contiguous uint8 array of any shape, read in place),
+/// into a new float32 array of `n` elements, bit for bit as ggml (and
 /// `gguf.quants.dequantize`) do. `weightmap.gguf.dequantize` shapes it.
+///
+/// The bytes are read without the GIL, as numpy's own functions read their
+/// inputs: another thread writing the array meanwhile gets undefined
+/// results.
 #[pyfunction]
 fn _dequantize<'py>(
     py: Python<'py>,
-    data: &Bound<'py, PyAny>,
+    data: PyReadonlyArrayDyn<'py, u8>,
     ggml_type: u32,
 ) -> PyResult<Bound<'py, PyArray1<f32>>> {
     let ty = TensorType::from_ggml_id(ggml_type)
         .ok_or_else(|| Error::new_err(format!("unknown ggml type {ggml_type}")))?;
-    // The bytes, copied once out of numpy (any layout) into an immutable
-    // bytes object.
-    let obj = py
-        .import("numpy")?
-        .call_method1("ascontiguousarray", (data,))?
-        .call_method1("view", ("uint8",))?
-        .call_method0("tobytes")?;
-    let obj = obj
-        .downcast_into::<PyBytes>()
-        .map_err(|_| PyTypeError::new_err("data: not an array"))?;
-    let bytes = obj.as_bytes();
+    if !data.is_c_contiguous() {
+        return Err(PyValueError::new_err("data: not a C-contiguous array"));
+    }
+    let bytes = data
+        .as_slice()
+        .map_err(|_| PyValueError::new_err("data: not a contiguous array"))?;
     let bs = ty.block_size() as usize;
     let ts = ty.type_size() as usize;
     if bytes.len() % ts != 0 {

@@ -19,14 +19,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use pyo3::exceptions::{
-    PyFileNotFoundError, PyImportError, PyOSError, PyPermissionError, PyTypeError,
+    PyFileNotFoundError, PyImportError, PyOSError, PyPermissionError, PyTypeError, PyValueError,
 };
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyDict, PyEllipsis, PyList, PyModule, PySlice, PyTuple, PyType};
 
 use weightmap as wm;
-use wm::{Format, Header, LoadMode, LoadOptions, ModelHeaders, TensorInfo, TensorType};
+use wm::{Format, Header, LoadMode, ModelHeaders, TensorInfo, TensorType};
 
 use crate::{layout, metadata_dict, tensor_array, to_py, writable_array, Error, Layout, Owner};
 
@@ -530,16 +530,32 @@ impl SafeOpen {
 #[pymethods]
 impl SafeOpen {
     #[new]
-    #[pyo3(signature = (filename, framework, device = None, backend = "mmap"))]
+    #[pyo3(signature = (
+        filename, framework, device = None, backend = "mmap", *,
+        huge_pages = true, reread_small_folios = false
+    ))]
     fn new(
         py: Python<'_>,
         filename: PathBuf,
         framework: &str,
         device: Option<&Bound<'_, PyAny>>,
         backend: &str,
+        huge_pages: bool,
+        reread_small_folios: bool,
     ) -> PyResult<SafeOpen> {
         let framework = Framework::parse(py, framework)?;
         let backend = Backend::parse(py, backend)?;
+        if matches!((framework, backend), (Framework::Torch, Backend::Mmap))
+            && (!huge_pages || reread_small_folios)
+        {
+            // Its copy-on-write mapping has no owned buffers and no prefetch.
+            return Err(PyValueError::new_err(
+                "huge_pages and reread_small_folios apply where weightmap loads the file \
+                 (framework \"np\", or backend \"pread\"), not to framework \"pt\" with \
+                 backend \"mmap\"",
+            ));
+        }
+        let opts = |mode| crate::load_options(mode, huge_pages, reread_small_folios);
         if let Some(d) = device {
             let name = d.str()?.to_string();
             if name != "cpu" {
@@ -567,16 +583,13 @@ impl SafeOpen {
             (Framework::Numpy, Backend::Mmap) | (_, Backend::Pread) => {
                 let p = filename.clone();
                 let loaded = py.allow_threads(move || match backend {
-                    Backend::Pread => wm::Weights::load_streamed(
-                        &p,
-                        &LoadOptions::default().mode(LoadMode::Stream),
-                    ),
+                    Backend::Pread => wm::Weights::load_streamed(&p, &opts(LoadMode::Stream)),
                     // SAFETY: `Weights::load` requires that the files are not
                     // modified or truncated while the weights (and every view
                     // of them) live. The contract is passed on to the Python
                     // user, as for `weightmap.open`: it is stated in
                     // `safe_open`'s docstring and python/README.md.
-                    Backend::Mmap => unsafe { wm::Weights::load(&p, &LoadOptions::default()) },
+                    Backend::Mmap => unsafe { wm::Weights::load(&p, &opts(LoadMode::Mmap)) },
                 });
                 let weights = loaded.map_err(|e| open_err(py, &filename, e))?;
                 Model::Loaded(Py::new(
@@ -642,6 +655,19 @@ impl SafeOpen {
     /// `SafetensorError` when absent.
     fn get_tensor<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
         self.tensor(py, name)
+    }
+
+    /// How many bytes of the tensors sit in huge pages now, as
+    /// `Weights.huge_pages()` says; `ValueError` for framework "pt" with
+    /// backend "mmap", whose copy-on-write mapping it does not measure.
+    fn huge_pages<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        match self.model(py)? {
+            Model::Loaded(owner) => crate::huge_pages_dict(py, &owner.get().weights),
+            Model::Cow(_) => Err(PyValueError::new_err(
+                "huge_pages() measures what weightmap loads (framework \"np\", or backend \
+                 \"pread\"), not framework \"pt\" with backend \"mmap\"",
+            )),
+        }
     }
 
     /// Every tensor, by name, in file order.

@@ -5,6 +5,8 @@ dequantize bit for bit on every type of quant-types.gguf; patch()/unpatch().
 """
 
 import pathlib
+import struct
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -178,14 +180,14 @@ def test_patch_and_unpatch(vocab_file):
         assert dequantize is wg.dequantize and gguf.quants.dequantize is wg.dequantize
         r = gguf.GGUFReader(vocab_file)
         assert isinstance(r, wg.GGUFReader)
-        # The name map is built once per architecture and block count, and
-        # is the map gguf-py builds.
+        # The name map is the map gguf-py builds, a new object each call.
         arch = gguf.MODEL_ARCH.LLAMA
         m = gguf.get_tensor_name_map(arch, 4)
-        assert gguf.get_tensor_name_map(arch, 4) is m
-        assert gguf.get_tensor_name_map(arch, 5) is not m
+        assert isinstance(m, gguf.TensorNameMap)
+        assert gguf.get_tensor_name_map(arch, 4) is not m
         fresh = name_map(arch, 4)
         assert m.mapping == fresh.mapping
+        assert gguf.get_tensor_name_map(arch, 5).mapping == name_map(arch, 5).mapping
     finally:
         wg.unpatch()
     assert (gguf.GGUFReader, gguf.gguf_reader.GGUFReader, gguf.dequantize, gguf.quants.dequantize) == orig
@@ -203,3 +205,121 @@ def test_not_gguf(tmp_path):
     p.write_bytes(b"not a gguf file at all, just some bytes")
     with pytest.raises(ValueError):
         wg.GGUFReader(p)
+
+
+def _gguf_with_keys(path, keys):
+    """A GGUF file with no tensors and one UINT32 key/value per key, in
+    order (repeats and all), written byte by byte: gguf-py's writer refuses
+    a repeated key."""
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, 0, len(keys)))
+    for i, key in enumerate(keys):
+        k = key.encode("utf-8")
+        out += struct.pack("<Q", len(k)) + k + struct.pack("<II", int(gguf.GGUFValueType.UINT32), i)
+    out += b"\0" * (-len(out) % 32)
+    path.write_bytes(bytes(out))
+    return path
+
+
+def _key_error(make, path):
+    with pytest.raises(KeyError) as e:
+        make(path)
+    return str(e.value)
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        ["general.name", "GGUF.version"],
+        ["GGUF.tensor_count", "general.name"],
+        ["a", "b", "a"],
+        ["b", "a", "a", "b", "a"],  # the first repeat in file order is named
+        ["z", "a", "z", "a"],
+    ],
+)
+def test_repeated_and_colliding_keys_as_gguf_py(tmp_path, keys):
+    # gguf-py 0.19's _push_field raises KeyError("Duplicate KEY already in
+    # list at offset OFFSET") for a key that repeats one before it, its own
+    # GGUF.version, GGUF.tensor_count and GGUF.kv_count included.
+    p = _gguf_with_keys(tmp_path / "keys.gguf", keys)
+    want = _key_error(gguf.GGUFReader, p)
+    assert want.startswith("'Duplicate ")
+    assert _key_error(wg.GGUFReader, p) == want
+
+
+@pytest.mark.parametrize("keys,repeat", [(["a", "GGUF.version", "a"], 2), (["GGUF.kv_count", "GGUF.kv_count"], 1)])
+def test_a_synthetic_name_before_a_repeated_key(tmp_path, keys, repeat):
+    # The one difference: weightmap's header refuses the file's repeated key
+    # before the reader meets the synthetic name, so the KeyError names the
+    # repeat where gguf-py's names the synthetic name.
+    p = _gguf_with_keys(tmp_path / "keys.gguf", keys)
+    assert _key_error(gguf.GGUFReader, p).startswith("'Duplicate GGUF.")
+    offset = 24 + sum(8 + len(k) + 8 for k in keys[:repeat])
+    assert _key_error(wg.GGUFReader, p) == f"'Duplicate {keys[repeat]} already in list at offset {offset}'"
+
+
+def test_tensor_descriptors_of_every_rank_and_a_non_ascii_name(tmp_path):
+    # The descriptors' parts sit where weightmap's header says: names whose
+    # UTF-8 length is not their length in characters, 1 to 4 dimensions.
+    p = tmp_path / "ranks.gguf"
+    w = gguf.GGUFWriter(str(p), "llama")
+    w.add_tensor("v\u00e9ctor", np.arange(5, dtype=np.float32))
+    w.add_tensor("m", np.zeros((3, 2), dtype=np.float16))
+    w.add_tensor("\u5f20\u91cf.3d", np.ones((2, 3, 4), dtype=np.float32))
+    w.add_tensor("t4", np.zeros((1, 2, 1, 3), dtype=np.int8))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    got = assert_same_reader(p)
+    assert [t.name for t in got.tensors] == ["v\u00e9ctor", "m", "\u5f20\u91cf.3d", "t4"]
+
+
+def test_dequantize_reads_its_input_in_place():
+    # 2 MB of Q8_0 blocks: a copy of the input (ascontiguousarray().tobytes(),
+    # as before) would show in tracemalloc's peak; the output is numpy's
+    # wrapping of Rust's vector, which tracemalloc does not see.
+    rng = np.random.default_rng(1)
+    blocks = 64 * 960
+    raw = rng.integers(0, 256, (blocks, 34), dtype=np.uint8)
+    raw[:, :2] = np.frombuffer(np.float16(0.5).tobytes(), dtype=np.uint8)  # finite scales
+    data = raw.reshape(64, -1)
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    want = gguf.quants.dequantize(data, q8)
+    tracemalloc.start()
+    try:
+        got = wg.dequantize(data, q8)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < data.nbytes // 4, peak
+    assert _bits(got) == _bits(want)
+    # A strided input is made contiguous first, and gives the same values.
+    strided = np.concatenate([data, data], axis=1)[:, : data.shape[1]]
+    assert not strided.flags.c_contiguous
+    assert _bits(wg.dequantize(strided, q8)) == _bits(want)
+
+
+def test_patched_name_maps_are_each_callers_own():
+    arch = gguf.MODEL_ARCH.LLAMA
+    calls = []
+    original = gguf.get_tensor_name_map
+
+    def counting(a, n):
+        calls.append((a, n))
+        return original(a, n)
+
+    gguf.get_tensor_name_map = counting
+    wg.patch()
+    try:
+        first = gguf.get_tensor_name_map(arch, 2)
+        key = next(iter(first.mapping))
+        first.mapping["added.by.one.caller"] = first.mapping[key]
+        del first.mapping[key]
+        second = gguf.get_tensor_name_map(arch, 2)
+        assert "added.by.one.caller" not in second.mapping
+        assert second.mapping == original(arch, 2).mapping
+        assert second.get_name(key) == original(arch, 2).get_name(key)
+        assert calls == [(arch, 2)]  # built once per architecture and block count
+    finally:
+        wg.unpatch()
+        gguf.get_tensor_name_map = original

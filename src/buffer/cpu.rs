@@ -61,10 +61,9 @@ impl CpuBufferType {
     /// kernel has no huge pages to give, or none at all, the buffer is the
     /// same, in base pages.
     ///
-    /// On by default. Decode reads every weight per token, and from huge
-    /// pages it read them about 1.12× as fast as from base pages here
-    /// (FIELD-NOTES, "Page sizes and decode"), for as long as the weights
-    /// live. Filling a buffer also pays the kernel's per-page work (fault,
+    /// On by default. Decode reads every weight per token, and reads them
+    /// faster from huge pages than from base pages (ARCHITECTURE.md, "Huge
+    /// pages for the weights"), for as long as the weights live. Filling a buffer also pays the kernel's per-page work (fault,
     /// zeroing, memory-cgroup charge, LRU insertion) once per 512 base
     /// pages. Against it: a virtual machine that hands freed memory back to
     /// its host (free page reporting) gives out huge pages from exactly the
@@ -555,7 +554,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn huge_pages_advise_the_mapping_by_default_and_not_when_turned_off() {
-        if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
+        if crate::os::transparent_huge_pages() == crate::os::TransparentHugePages::Absent {
             return; // a kernel without THP refuses the advice
         }
         if !crate::os::page_advice_is_observable("huge_pages") {

@@ -219,7 +219,12 @@ pub(crate) fn in_memory(
     contents: &mut dyn EntryContents,
     options: &LoadOptions,
 ) -> Result<Weights> {
-    budget::check(layout.len, "the transformed tensors", &budget::current(options), options)?;
+    budget::check(
+        layout.len,
+        "the transformed tensors",
+        &budget::current(options),
+        options,
+    )?;
     let len = usize::try_from(layout.len).map_err(|_| Error::OutOfMemory {
         bytes: layout.len,
         what: "the transformed tensors",

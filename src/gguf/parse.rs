@@ -282,19 +282,26 @@ fn parse_head(cur: &mut Cursor<'_>) -> PResult<Head> {
         let kv = parse_kv(cur, i)?;
         alloc::push(&mut kvs, kv, "the key/value table")?;
     }
+    // By key, then by place: equal keys sit together in file order.
     let kv_sorted = sorted_index(kvs.len(), |a, b| {
-        cur.b[kvs[a].key.clone()].cmp(&cur.b[kvs[b].key.clone()])
+        cur.b[kvs[a].key.clone()]
+            .cmp(&cur.b[kvs[b].key.clone()])
+            .then(kvs[a].key_offset.cmp(&kvs[b].key_offset))
     })?;
-    for w in kv_sorted.windows(2) {
-        let (a, b) = (&kvs[w[0] as usize], &kvs[w[1] as usize]);
-        if cur.b[a.key.clone()] == cur.b[b.key.clone()] {
-            let later = if a.key_offset > b.key_offset { a } else { b };
-            return Err(Error::DuplicateKey {
-                key: String::from_utf8_lossy(&cur.b[later.key.clone()]).into_owned(),
-                offset: later.key_offset,
-            }
-            .into());
+    // The first entry, in file order, whose key an earlier one has: the one
+    // a reader going through the file meets first (ggml, gguf-py).
+    let first_repeat = kv_sorted
+        .windows(2)
+        .map(|w| (&kvs[w[0] as usize], &kvs[w[1] as usize]))
+        .filter(|(a, b)| cur.b[a.key.clone()] == cur.b[b.key.clone()])
+        .map(|(_, later)| later)
+        .min_by_key(|kv| kv.key_offset);
+    if let Some(later) = first_repeat {
+        return Err(Error::DuplicateKey {
+            key: String::from_utf8_lossy(&cur.b[later.key.clone()]).into_owned(),
+            offset: later.key_offset,
         }
+        .into());
     }
 
     let mut alignment = DEFAULT_ALIGNMENT;

@@ -11,6 +11,7 @@ use crate::format::Header;
 use crate::os::Mapping;
 
 use super::options::LoadMode;
+use super::page_plan::Reread;
 use super::place::Slot;
 use super::prefetch::{PrefetchDecision, Prefetcher};
 use super::read::ReadReport;
@@ -30,6 +31,8 @@ pub(crate) struct Loaded {
     pub prefetcher: Option<Prefetcher>,
     pub prefetch: PrefetchDecision,
     pub random_access: Vec<usize>,
+    /// What became of the re-read of small folios.
+    pub reread: Reread,
     pub copied: Vec<CopiedTensor>,
     pub read: Option<ReadReport>,
     /// The memory budget the load was held to.
@@ -78,6 +81,7 @@ impl Loaded {
             file_len: self.header.file_len(),
             elapsed: t0.elapsed(),
             prefetch: self.prefetch.clone(),
+            reread: self.reread.clone(),
             read: self.read.clone(),
             shards: Vec::new(),
             warnings: Vec::new(),

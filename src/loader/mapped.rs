@@ -5,8 +5,9 @@ use std::fs::{File, Metadata};
 use std::path::Path;
 use std::sync::Arc;
 
-use super::prefetch::{self, Prefetch, PrefetchDecision, Prefetcher};
-use crate::buffer::{address_alignment, place, HostRegion};
+use super::page_plan::{Asked, PagePlan, Reread};
+use super::prefetch::{Prefetcher, Region};
+use crate::buffer::{address_alignment, place, BufferType, HostRegion};
 use crate::error::{Error, FallbackReason};
 use crate::format::Header;
 use crate::os::Mapping;
@@ -85,7 +86,7 @@ pub(crate) unsafe fn map_path_on(
 
 /// The mapped path over `src`, with the platform's mmap support as a
 /// parameter, so the `Unsupported` fallback can be tested on a platform
-/// that has mmap.
+/// that has mmap. Each step is a function below, in this order.
 ///
 /// # Safety
 /// As [`map_path`].
@@ -96,275 +97,61 @@ unsafe fn map_source(
 ) -> std::result::Result<Loaded, MapFail> {
     let label = src.label();
     let path = label.as_path();
-    // 1. Causes the stream path does better on: no mmap here, or a default
-    //    buffer type that cannot view host memory.
-    if !mmap_supported && !matches!(src, Source::Memory(_)) {
-        return Err(FallbackReason::Unsupported.into());
-    }
-    let bt = &opts.buffer_type;
-    if !bt.supports_host_ptr() {
-        return Err(FallbackReason::NotHostBuffer {
-            buffer_type: bt.name().to_owned(),
-        }
-        .into());
-    }
-    // 2. Open: a missing, unreadable, irregular or empty file is an error in
-    //    either mode, with its own type and io::ErrorKind. A file range must
-    //    lie inside its file.
-    let opened: Option<(File, Metadata)> = match src {
-        Source::Path(p) => Some(open_checked(p)?),
-        Source::Range { file, offset, len } => {
-            let meta = check_range(file, *offset, *len, path)?;
-            let f = file.try_clone().map_err(|e| Error::io("dup", path, e))?;
-            Some((f, meta))
-        }
-        Source::Memory(_) => None,
-    };
-    // 3. Map the file (or the range: from the page below its start) read-only
-    //    and private; memory is viewed as it is.
-    #[cfg(test)]
-    if FAIL_MAP.with(|f| f.get()) {
-        return Err(FallbackReason::Map {
-            error: std::io::Error::from_raw_os_error(crate::os::REFUSED_MAP_ERROR).to_string(),
-        }
-        .into());
-    }
-    let map_err = |e: std::io::Error| FallbackReason::Map {
-        error: e.to_string(),
-    };
-    let map = match (src, &opened) {
-        // SAFETY: forwarded to our caller, who promises the file stays unchanged.
-        (Source::Path(_), Some((file, _))) => unsafe { Mapping::map(file) }.map_err(map_err)?,
-        // SAFETY: as above, for the range.
-        (Source::Range { offset, len, .. }, Some((file, _))) => {
-            unsafe { Mapping::map_range(file, *offset, *len) }.map_err(map_err)?
-        }
-        (Source::Memory(m), _) => Mapping::from_memory(Arc::clone(m)),
-        _ => unreachable!("a file source has an open file"),
-    };
-    let map = Arc::new(map);
-    // 4. Validate the header from the mapping: every tensor's type, size,
-    //    offset and end. Invalid is an error here; it is parsed only once.
+    check_mappable(src, opts, mmap_supported)?;
+    let opened = open_source(src, path)?;
+    // SAFETY: forwarded to our caller, who promises the file stays unchanged.
+    let map = unsafe { map_opened(src, &opened) }?;
+    // Every tensor's type, size, offset and end, validated from the
+    // mapping: invalid is an error here; it is parsed only once.
     let header = Header::in_mapping(&map)?;
-
-    // 5. Decide every tensor's place before placing any: in the mapping if
-    //    its buffer type can view host memory and its address is aligned as
-    //    that type needs, else copied.
-    let infos = header.tensors();
-    let base = map.addr();
-    let mut mapped: Vec<Group> = Vec::new();
-    let mut copies: Vec<Group> = Vec::new();
-    let mut copied = Vec::new();
-    for i in 0..infos.len() {
-        // Only a routing rule needs the whole descriptor.
-        let target = match opts.route {
-            Some(_) => opts.target(&infos.at(i)),
-            None => std::borrow::Cow::Borrowed(&opts.buffer_type),
-        };
-        if !target.supports_host_ptr() {
-            let c = CopiedTensor {
-                name: crate::alloc::string(infos.name(i), "the load report")?,
-                reason: CopyReason::Routed {
-                    buffer_type: target.name().to_owned(),
-                },
-            };
-            crate::alloc::push(&mut copied, c, "the load report")?;
-            add(&mut copies, &target, i)?;
-            continue;
-        }
-        let alignment = header.alignment_for(infos.ty(i), target.alignment());
-        let file_offset = infos.file_range(i).start;
-        let address = base.wrapping_add(file_offset as usize);
-        if address % alignment == 0 {
-            add(&mut mapped, &target, i)?;
-        } else if opts.require_all_mapped {
-            return Err(FallbackReason::Misaligned {
-                tensor: infos.name(i).to_owned(),
-                address,
-                file_offset,
-                alignment,
-            }
-            .into());
-        } else {
-            let c = CopiedTensor {
-                name: crate::alloc::string(infos.name(i), "the load report")?,
-                reason: CopyReason::Misaligned { address, alignment },
-            };
-            crate::alloc::push(&mut copied, c, "the load report")?;
-            add(&mut copies, &target, i)?;
-        }
-    }
-
+    let routes = route_tensors(&header, map.addr(), opts)?;
     #[cfg(test)]
     if let Some(hook) = BEFORE_PLACE.with(|h| h.get()) {
         hook(path);
     }
-    // 6. The contract forbids changing the file, but a truncation, a rewrite
-    //    that moved the modification time, or a path that now names another
-    //    file is cheap to notice here, before any tensor is handed out.
-    match (src, &opened) {
-        (Source::Path(p), Some((file, meta))) => same_file(file, p, meta)?,
-        (Source::Range { .. }, Some((file, meta))) => same_length_and_time(file, path, meta)?,
-        _ => {}
-    }
-
-    // 7. Access advice (MADV_RANDOM only where reads are by row; the region
-    //    read in huge pages), and mlock,
-    //    which pins the whole mapping and so must fit the memory budget.
+    check_unchanged(src, &opened, path)?;
     let budget = super::budget::current(opts);
-    let (start, end) = header.tensor_region();
-    let (start, end) = (start as usize, end as usize);
-    let random_access = prefetch::apply_advice(&map, &header, opts.advice, start, end);
-    let huge_pages = prefetch::advise_huge_pages(&map, opts.advice, start, end);
-    if opts.mlock {
-        super::budget::check(map.len() as u64, "mlock of the mapping", &budget, opts)?;
-        map.lock().map_err(|source| Error::Mlock {
-            len: map.len(),
-            limit: crate::os::memlock_limit(),
-            source,
-        })?;
-    }
-
-    // 8. One buffer per buffer type over the span of its mapped tensors;
-    //    each tensor placed at its own (checked) alignment, and the buffer's
-    //    alignment the least of them, so `Buffer::alignment` is true of all.
-    let mut placed = Placed::new(infos.len())?;
-    if mapped.is_empty() && copies.is_empty() {
-        // No tensors: an empty view at the region's start.
-        let region = HostRegion::new(Arc::clone(&map), start, 0)?;
-        let buffer = bt.buffer_from_host_ptr(region, bt.alignment())?;
-        placed.push(buffer, &[], Vec::new(), PlacementKind::Mapped);
-    }
-    let mut ranges: Vec<(usize, usize)> = Vec::new();
-    // The same without the tables read by row: what a first pass goes
-    // through in order.
-    let mut in_order: Vec<(usize, usize)> = Vec::new();
-    for g in &mapped {
-        let span_start = g
-            .tensors
-            .iter()
-            .map(|&i| infos.file_range(i).start)
-            .min()
-            .unwrap_or(0) as usize;
-        let span_end = g
-            .tensors
-            .iter()
-            .map(|&i| infos.file_range(i).end)
-            .max()
-            .unwrap_or(0) as usize;
-        let cap = g.bt.alignment();
-        let align_of = |i: usize| {
-            address_alignment(base.wrapping_add(infos.file_range(i).start as usize), cap)
-        };
-        let least = g.tensors.iter().map(|&i| align_of(i)).min().unwrap_or(cap);
-        let region = HostRegion::new(Arc::clone(&map), span_start, span_end - span_start)?;
-        let buffer = g.bt.buffer_from_host_ptr(region, least)?;
-        placed.push_with(buffer, &g.tensors, PlacementKind::Mapped, |i, buffer| {
-            let t = infos.at(i);
-            let r = (t.file_offset as usize, t.file_range().end as usize);
-            push_range(&mut ranges, r)?;
-            if random_access.binary_search(&i).is_err() {
-                push_range(&mut in_order, r)?;
-            }
-            place(
-                buffer,
-                t.name,
-                t.file_offset as usize - span_start,
-                t.nbytes as usize,
-                align_of(i),
-            )
-        })?;
-    }
-    // 9. Copies: read from the file straight into one owned buffer per
-    //    type, in parallel (buffered: the file is mapped anyway).
-    let mut read = None;
-    if !copies.is_empty() {
-        let mut plans = Vec::with_capacity(copies.len());
-        let mut total = 0u64;
-        let mut host = 0u64;
-        for g in &copies {
-            let (layout, bytes, _) = plan(g.bt.as_ref(), infos, &g.tensors, false)?;
-            total += bytes;
-            if g.bt.is_host() {
-                host += bytes;
-            }
-            plans.push(layout);
-        }
-        super::budget::check(host, "the copied tensors", &budget, opts)?;
-        let progress = Progress::new(opts.progress.clone(), total);
-        let read_src = match (src, &opened) {
-            (Source::Range { offset, .. }, Some((file, _))) => ReadSrc::File {
-                file,
-                base: *offset,
-            },
-            (_, Some((file, _))) => ReadSrc::File { file, base: 0 },
-            (_, None) => ReadSrc::Memory(map.bytes()),
-        };
-        let ctx = ReadCtx {
-            src: read_src,
-            direct_path: None,
-            path,
-            staging_bytes: opts.staging_bytes,
-            threads: opts.threads(),
-            direct_threads: opts.direct_threads(),
-            progress: &progress,
-        };
-        for (g, layout) in copies.iter().zip(plans) {
-            let f = copy_group(&ctx, g.bt.as_ref(), infos, &g.tensors, layout)?;
-            placed.push(f.buffer, &g.tensors, f.placements, PlacementKind::Copied);
-        }
-        read = Some(ReadReport {
-            threads: ctx.threads,
-            direct: DirectOutcome::Off,
-        });
-    }
-    let (buffers, buffer_reports, slots) = placed.finish();
-
-    // 10. Last, once everything is validated and placed: the prefetch of
-    //     what stays mapped, in file order.
-    let ranges = merge(ranges);
-    let bytes: u64 = ranges.iter().map(|r| (r.1 - r.0) as u64).sum();
-    let (prefetcher, prefetch) = match opts.prefetch {
-        _ if ranges.is_empty() => (None, PrefetchDecision::Off),
-        Prefetch::None => (None, PrefetchDecision::Off),
-        Prefetch::WillNeed => {
-            for &(s, e) in &ranges {
-                map.will_need(s, e);
-            }
-            (None, PrefetchDecision::WillNeed { bytes })
-        }
-        // Populating more than the budget holds would only evict what it
-        // read before the first pass comes to it.
-        Prefetch::Populate if budget.bytes.is_some_and(|b| bytes > b) => (
-            None,
-            PrefetchDecision::Skipped(prefetch::SkipReason::TooLarge {
-                bytes,
-                budget: budget.bytes.unwrap_or(0),
-                max_percent: 100,
-            }),
-        ),
-        Prefetch::Populate => {
-            let reread = opts.reread_small_folios;
-            if !prefetch::populate(&map, &ranges, huge_pages, reread, opts.progress.as_ref()) {
-                return Err(Error::Cancelled.into());
-            }
-            (None, PrefetchDecision::Populated { bytes })
-        }
-        Prefetch::Background { max_percent } => Prefetcher::start(
-            &map,
-            prefetch::Region {
-                ranges,
-                in_order: merge(in_order),
-                huge_pages,
-                reread: opts.reread_small_folios,
-            },
-            max_percent,
-            budget.bytes,
-            super::budget::reader(opts),
-            opts.progress.clone(),
-        ),
+    let ranges = mapped_ranges(&header, &routes.mapped, &[])?;
+    let region = header.tensor_region();
+    let region = (region.0 as usize, region.1 as usize);
+    let asked = Asked {
+        advice: opts.advice,
+        prefetch: opts.prefetch,
+        reread: opts.reread_small_folios,
     };
-
+    let bytes = total_of(&ranges);
+    let plan = PagePlan::advise(&map, &header, region, bytes, asked, budget.bytes);
+    lock_if_asked(&map, &budget, opts)?;
+    let mut placed = Placed::new(header.tensors().len())?;
+    place_mapped(&map, &header, &routes.mapped, region.0, opts, &mut placed)?;
+    let read = copy_tensors(
+        src,
+        &opened,
+        &map,
+        &header,
+        &routes.copies,
+        &budget,
+        opts,
+        &mut placed,
+    )?;
+    let (buffers, buffer_reports, slots) = placed.finish();
+    // Last, once everything is validated and placed: the prefetch of what
+    // stays mapped, in file order, as the plan says.
+    let in_order = mapped_ranges(&header, &routes.mapped, &plan.random_access)?;
+    let prefetch_region = Region {
+        ranges,
+        in_order,
+        huge_pages: plan.huge_pages,
+        reread: plan.reread == Reread::On,
+    };
+    let reader = super::budget::reader(opts);
+    let (prefetcher, prefetch) = Prefetcher::start(
+        &map,
+        prefetch_region,
+        plan.prefetch,
+        reader,
+        opts.progress.clone(),
+    )?;
     Ok(Loaded {
         budget,
         path: path.to_owned(),
@@ -375,10 +162,303 @@ unsafe fn map_source(
         map: Some(map),
         prefetcher,
         prefetch,
-        random_access,
-        copied,
+        random_access: plan.random_access,
+        reread: plan.reread,
+        copied: routes.copied,
         read,
     })
+}
+
+/// Causes the stream path does better on: no mmap here, or a default buffer
+/// type that cannot view host memory.
+fn check_mappable(
+    src: &Source<'_>,
+    opts: &LoadOptions,
+    mmap_supported: bool,
+) -> std::result::Result<(), MapFail> {
+    if !mmap_supported && !matches!(src, Source::Memory(_)) {
+        return Err(FallbackReason::Unsupported.into());
+    }
+    let bt = &opts.buffer_type;
+    if !bt.supports_host_ptr() {
+        return Err(FallbackReason::NotHostBuffer {
+            buffer_type: bt.name().to_owned(),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// The open file behind `src` and its metadata then (`None` for memory). A
+/// missing, unreadable, irregular or empty file is an error in either mode,
+/// with its own type and `io::ErrorKind`; a file range must lie inside its
+/// file.
+fn open_source(
+    src: &Source<'_>,
+    path: &Path,
+) -> std::result::Result<Option<(File, Metadata)>, MapFail> {
+    Ok(match src {
+        Source::Path(p) => Some(open_checked(p)?),
+        Source::Range { file, offset, len } => {
+            let meta = check_range(file, *offset, *len, path)?;
+            let f = file.try_clone().map_err(|e| Error::io("dup", path, e))?;
+            Some((f, meta))
+        }
+        Source::Memory(_) => None,
+    })
+}
+
+/// Map the file (or the range: from the page below its start) read-only and
+/// private; memory is viewed as it is. A refused map is a fallback.
+///
+/// # Safety
+/// As [`map_path`], for the file `opened`.
+unsafe fn map_opened(
+    src: &Source<'_>,
+    opened: &Option<(File, Metadata)>,
+) -> std::result::Result<Arc<Mapping>, MapFail> {
+    #[cfg(test)]
+    if FAIL_MAP.with(|f| f.get()) {
+        return Err(FallbackReason::Map {
+            error: std::io::Error::from_raw_os_error(crate::os::REFUSED_MAP_ERROR).to_string(),
+        }
+        .into());
+    }
+    let map_err = |e: std::io::Error| FallbackReason::Map {
+        error: e.to_string(),
+    };
+    let map = match (src, opened) {
+        // SAFETY: forwarded to our caller, who promises the file stays unchanged.
+        (Source::Path(_), Some((file, _))) => unsafe { Mapping::map(file) }.map_err(map_err)?,
+        // SAFETY: as above, for the range.
+        (Source::Range { offset, len, .. }, Some((file, _))) => {
+            unsafe { Mapping::map_range(file, *offset, *len) }.map_err(map_err)?
+        }
+        (Source::Memory(m), _) => Mapping::from_memory(Arc::clone(m)),
+        _ => unreachable!("a file source has an open file"),
+    };
+    Ok(Arc::new(map))
+}
+
+/// Where each tensor goes, decided before any is placed.
+struct Routes {
+    /// Viewed in the mapping, grouped by buffer type.
+    mapped: Vec<Group>,
+    /// Copied into owned buffers, grouped by buffer type.
+    copies: Vec<Group>,
+    /// The copied tensors and why, for the report.
+    copied: Vec<CopiedTensor>,
+}
+
+/// Route every tensor: in the mapping if its buffer type can view host
+/// memory and its address (the mapping at `base`) is aligned as that type
+/// needs, else copied (or, under `require_all_mapped`, a fallback).
+fn route_tensors(
+    header: &Header,
+    base: usize,
+    opts: &LoadOptions,
+) -> std::result::Result<Routes, MapFail> {
+    let infos = header.tensors();
+    let mut r = Routes {
+        mapped: Vec::new(),
+        copies: Vec::new(),
+        copied: Vec::new(),
+    };
+    let copy = |r: &mut Routes, i: usize, target: &Arc<dyn BufferType>, reason| {
+        let c = CopiedTensor {
+            name: crate::alloc::string(infos.name(i), "the load report")?,
+            reason,
+        };
+        crate::alloc::push(&mut r.copied, c, "the load report")?;
+        add(&mut r.copies, target, i)
+    };
+    for i in 0..infos.len() {
+        // Only a routing rule needs the whole descriptor.
+        let target = match opts.route {
+            Some(_) => opts.target(&infos.at(i)),
+            None => std::borrow::Cow::Borrowed(&opts.buffer_type),
+        };
+        if !target.supports_host_ptr() {
+            let buffer_type = target.name().to_owned();
+            copy(&mut r, i, &target, CopyReason::Routed { buffer_type })?;
+            continue;
+        }
+        let alignment = header.alignment_for(infos.ty(i), target.alignment());
+        let file_offset = infos.file_range(i).start;
+        let address = base.wrapping_add(file_offset as usize);
+        if address % alignment == 0 {
+            add(&mut r.mapped, &target, i)?;
+        } else if opts.require_all_mapped {
+            return Err(FallbackReason::Misaligned {
+                tensor: infos.name(i).to_owned(),
+                address,
+                file_offset,
+                alignment,
+            }
+            .into());
+        } else {
+            copy(
+                &mut r,
+                i,
+                &target,
+                CopyReason::Misaligned { address, alignment },
+            )?;
+        }
+    }
+    Ok(r)
+}
+
+/// The contract forbids changing the file, but a truncation, a rewrite that
+/// moved the modification time, or a path that now names another file is
+/// cheap to notice here, before any tensor is handed out.
+fn check_unchanged(
+    src: &Source<'_>,
+    opened: &Option<(File, Metadata)>,
+    path: &Path,
+) -> std::result::Result<(), MapFail> {
+    match (src, opened) {
+        (Source::Path(p), Some((file, meta))) => same_file(file, p, meta),
+        (Source::Range { .. }, Some((file, meta))) => same_length_and_time(file, path, meta),
+        _ => Ok(()),
+    }
+}
+
+/// `mlock` of the whole mapping, when asked: it pins every page, so it
+/// must fit the memory budget.
+fn lock_if_asked(
+    map: &Mapping,
+    budget: &super::report::Budget,
+    opts: &LoadOptions,
+) -> crate::error::Result<()> {
+    if !opts.mlock {
+        return Ok(());
+    }
+    super::budget::check(map.len() as u64, "mlock of the mapping", budget, opts)?;
+    map.lock().map_err(|source| Error::Mlock {
+        len: map.len(),
+        limit: crate::os::memlock_limit(),
+        source,
+    })
+}
+
+/// The file ranges of the `groups`' tensors, but those in `skip` (sorted),
+/// sorted and merged: what a prefetch reads.
+fn mapped_ranges(
+    header: &Header,
+    groups: &[Group],
+    skip: &[usize],
+) -> crate::error::Result<Vec<(usize, usize)>> {
+    let infos = header.tensors();
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    for &i in groups.iter().flat_map(|g| &g.tensors) {
+        if skip.binary_search(&i).is_err() {
+            let r = infos.file_range(i);
+            push_range(&mut ranges, (r.start as usize, r.end as usize))?;
+        }
+    }
+    Ok(merge(ranges))
+}
+
+fn total_of(ranges: &[(usize, usize)]) -> u64 {
+    ranges.iter().map(|r| (r.1 - r.0) as u64).sum()
+}
+
+/// One buffer per buffer type over the span of its mapped tensors; each
+/// tensor placed at its own (checked) alignment, and the buffer's alignment
+/// the least of them, so `Buffer::alignment` is true of all. With no
+/// tensors at all, an empty view at the region's start (`region_start`).
+fn place_mapped(
+    map: &Arc<Mapping>,
+    header: &Header,
+    groups: &[Group],
+    region_start: usize,
+    opts: &LoadOptions,
+    placed: &mut Placed,
+) -> crate::error::Result<()> {
+    let infos = header.tensors();
+    let base = map.addr();
+    if infos.is_empty() {
+        let bt = &opts.buffer_type;
+        let region = HostRegion::new(Arc::clone(map), region_start, 0)?;
+        let buffer = bt.buffer_from_host_ptr(region, bt.alignment())?;
+        placed.push(buffer, &[], Vec::new(), PlacementKind::Mapped);
+    }
+    for g in groups {
+        let range = |i: usize| infos.file_range(i);
+        let span_start = g.tensors.iter().map(|&i| range(i).start).min().unwrap_or(0) as usize;
+        let span_end = g.tensors.iter().map(|&i| range(i).end).max().unwrap_or(0) as usize;
+        let cap = g.bt.alignment();
+        let align_of =
+            |i: usize| address_alignment(base.wrapping_add(range(i).start as usize), cap);
+        let least = g.tensors.iter().map(|&i| align_of(i)).min().unwrap_or(cap);
+        let region = HostRegion::new(Arc::clone(map), span_start, span_end - span_start)?;
+        let buffer = g.bt.buffer_from_host_ptr(region, least)?;
+        placed.push_with(buffer, &g.tensors, PlacementKind::Mapped, |i, buffer| {
+            let t = infos.at(i);
+            let offset = t.file_offset as usize - span_start;
+            place(buffer, t.name, offset, t.nbytes as usize, align_of(i))
+        })?;
+    }
+    Ok(())
+}
+
+/// Read the tensors routed to `copies` from the file straight into one
+/// owned buffer per type, in parallel (buffered: the file is mapped
+/// anyway), once the host's part of them fits the budget. `None` when
+/// nothing is copied.
+#[allow(clippy::too_many_arguments)]
+fn copy_tensors(
+    src: &Source<'_>,
+    opened: &Option<(File, Metadata)>,
+    map: &Mapping,
+    header: &Header,
+    copies: &[Group],
+    budget: &super::report::Budget,
+    opts: &LoadOptions,
+    placed: &mut Placed,
+) -> crate::error::Result<Option<ReadReport>> {
+    if copies.is_empty() {
+        return Ok(None);
+    }
+    let infos = header.tensors();
+    let mut plans = Vec::with_capacity(copies.len());
+    let (mut total, mut host) = (0u64, 0u64);
+    for g in copies {
+        let (layout, bytes, _) = plan(g.bt.as_ref(), infos, &g.tensors, false)?;
+        total += bytes;
+        if g.bt.is_host() {
+            host += bytes;
+        }
+        plans.push(layout);
+    }
+    super::budget::check(host, "the copied tensors", budget, opts)?;
+    let progress = Progress::new(opts.progress.clone(), total);
+    let read_src = match (src, opened) {
+        (Source::Range { offset, .. }, Some((file, _))) => ReadSrc::File {
+            file,
+            base: *offset,
+        },
+        (_, Some((file, _))) => ReadSrc::File { file, base: 0 },
+        (_, None) => ReadSrc::Memory(map.bytes()),
+    };
+    let label = src.label();
+    let ctx = ReadCtx {
+        src: read_src,
+        direct_path: None,
+        path: label.as_path(),
+        staging_bytes: opts.staging_bytes,
+        threads: opts.threads(),
+        direct_threads: opts.direct_threads(),
+        progress: &progress,
+    };
+    for (g, layout) in copies.iter().zip(plans) {
+        let f = copy_group(&ctx, g.bt.as_ref(), infos, &g.tensors, layout)?;
+        placed.push(f.buffer, &g.tensors, f.placements, PlacementKind::Copied);
+    }
+    Ok(Some(ReadReport {
+        threads: ctx.threads,
+        direct: DirectOutcome::Off,
+    }))
 }
 
 /// Add `r` to `ranges`, joined to the last one when it follows it within

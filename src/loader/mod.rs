@@ -4,7 +4,9 @@
 //!
 //! One idea a module: [`options`](LoadOptions) (what to do), `report` (what
 //! was done), `mapped` (the mapped path), `stream` (the stream path),
-//! `place` (owned buffers laid out and filled, shared by both), `weights`
+//! `page_plan` (every page-size decision of a mapped load, made once),
+//! `prefetch` (the prefetcher that carries it out), `place` (owned buffers
+//! laid out and filled, shared by both), `weights`
 //! (the [`Weights`] facade and its tensor handles).
 //!
 //! ```
@@ -36,6 +38,7 @@ mod headers;
 mod loaded;
 mod mapped;
 mod options;
+mod page_plan;
 mod pass;
 mod place;
 mod prefetch;
@@ -50,10 +53,9 @@ mod weights;
 pub use handle::{Scope, Tensor};
 pub use headers::ModelHeaders;
 pub use options::{LoadMode, LoadOptions, Route};
+pub use page_plan::{AdvicePolicy, Prefetch, Reread, RereadRefusal, SkipReason};
 pub use pass::Pass;
-pub use prefetch::{
-    AdvicePolicy, Prefetch, PrefetchDecision, PrefetchProgress, PrefetchState, SkipReason,
-};
+pub use prefetch::{PrefetchDecision, PrefetchProgress, PrefetchState};
 pub use read::{DirectIo, DirectOutcome, ProgressFn, ReadReport};
 pub use report::{
     Budget, BufferReport, CopiedTensor, CopyReason, HugePages, LoadReport, PlacementKind,

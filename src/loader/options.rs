@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::prefetch::{AdvicePolicy, Prefetch};
+use super::page_plan::{AdvicePolicy, Prefetch};
 use crate::buffer::{BufferType, CpuBufferType};
 
 use super::read::{DirectIo, ProgressFn};
@@ -194,14 +194,26 @@ impl LoadOptions {
     /// The page cache outlives the process that filled it: a file another
     /// process read with `MADV_WILLNEED` (llama.cpp, weightmap before 0.2)
     /// or wrote stays in base-page folios, and decode over it runs slower
-    /// for as long as it stays (FIELD-NOTES, "Page sizes and decode").
+    /// for as long as it stays (ARCHITECTURE.md, "Huge pages for the
+    /// weights").
     /// [`Weights::huge_pages`](crate::Weights::huge_pages) tells whether it
     /// did ([`HugePages::mapped_small`](crate::HugePages::mapped_small)). For a
     /// server that will decode for hours, reading those bytes from storage
     /// once more is worth it; pages that another process still maps cannot
-    /// be dropped and stay as they are. Where the region is not advised
-    /// `MADV_HUGEPAGE` (other platforms, [`AdvicePolicy::Uniform`]) nothing
-    /// is re-read.
+    /// be dropped and stay as they are. A range is re-read when at least a
+    /// quarter of what could be in huge pages (and at least one huge page)
+    /// is in small folios.
+    ///
+    /// Where it cannot act, nothing is re-read and
+    /// [`LoadReport::reread`](crate::LoadReport::reread) says why
+    /// ([`Reread::Refused`](crate::Reread::Refused)): under
+    /// [`AdvicePolicy::Uniform`], where the kernel does not take
+    /// `MADV_HUGEPAGE` (other platforms, no transparent huge pages), and
+    /// with a prefetch that does not map the whole region
+    /// ([`Prefetch::None`], [`Prefetch::WillNeed`], a region over its share
+    /// of the memory budget). The bytes re-read are in
+    /// [`PrefetchProgress::bytes_reread`](crate::PrefetchProgress::bytes_reread),
+    /// for a populate as for a background prefetch.
     pub fn reread_small_folios(mut self, yes: bool) -> Self {
         self.reread_small_folios = yes;
         self

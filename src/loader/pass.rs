@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 use crate::error::{Error, Result};
 use crate::os::{AccessAdvice, Mapping};
 
+use super::page_plan::{drop_from, pass_in_huge_pages};
 use super::tensor_ref::TensorRef;
 use super::weights::Weights;
 
@@ -25,9 +26,6 @@ const DEFAULT_WINDOW: u64 = 64 << 20;
 /// pages, the pass was slower, not faster (BENCHMARKS.md).
 const MIN_WINDOW: u64 = 4 << 20;
 const MAX_WINDOW: u64 = 64 << 20;
-/// The least window read in huge pages: the kernel reads up to three huge
-/// pages past a fault, which a smaller window would not bound.
-const HUGE_FROM: u64 = 32 << 20;
 
 /// A pass over loaded weights ([`Weights::pass`]): an iterator of
 /// [`TensorRef`]s in file order (shard by shard).
@@ -86,8 +84,7 @@ pub struct Pass<'w> {
     /// caller's path.
     behind: Option<Behind>,
     /// Where the last run handed over to be dropped ended, and in which
-    /// mapping: the next one starts a huge page before it, to take the
-    /// folio the two share (a folio is dropped only when all of it is).
+    /// mapping: the next one reaches back from it ([`drop_from`]).
     dropped_to: Option<(Arc<Mapping>, u64)>,
 }
 
@@ -179,17 +176,11 @@ impl<'w> Pass<'w> {
             }
             run.push(start..at);
         }
-        // With a window that bounds it, each file's part of the run is read
-        // in huge-page folios where the kernel takes the advice (one call
-        // over the file's span, so the mapping is not cut into a piece per
-        // tensor): the reader's faults then read ahead on their own, and
+        // Each file's part of the run in huge-page folios, where the plan
+        // says so: the reader's faults then read ahead on their own, and
         // what it maps and drops costs a fraction of 4 KiB pages. Elsewhere
         // reads are queued ahead.
-        let mut first = if self.window >= HUGE_FROM {
-            0
-        } else {
-            spans.len()
-        };
+        let mut first = 0;
         while first < spans.len() {
             let same = |s: &Span| Arc::ptr_eq(&s.map, &spans[first].map);
             let n = spans[first..].iter().take_while(|s| same(s)).count();
@@ -197,7 +188,8 @@ impl<'w> Pass<'w> {
                 spans[first].file_start,
                 spans[first + n - 1].file_start + spans[first + n - 1].len,
             );
-            let huge = spans[first].map.read_in_huge_pages(clamp(from), clamp(to));
+            let map = &spans[first].map;
+            let huge = pass_in_huge_pages(map, self.window, clamp(from), clamp(to));
             for s in &mut spans[first..first + n] {
                 s.huge = huge;
             }
@@ -255,7 +247,7 @@ impl<'w> Pass<'w> {
                     let run_start = self.reader.as_ref().map_or(0, |rd| rd.run[pos].start);
                     let from = match &self.dropped_to {
                         Some((m, end)) if Arc::ptr_eq(m, map) && r.start >= *end => {
-                            end.saturating_sub(crate::os::huge_page() as u64)
+                            drop_from(*end, 0)
                         }
                         _ => r.start,
                     };

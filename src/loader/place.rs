@@ -8,6 +8,7 @@ use crate::buffer::{place, Buffer, BufferType, BufferUsage, Placement};
 use crate::error::{Error, Result};
 use crate::tensor::TensorTable;
 
+use super::page_plan::drop_from;
 use super::read::{read_buffered, read_direct, DirectOutcome, Progress, ReadSrc, DIRECT_ALIGN};
 use super::report::{BufferReport, PlacementKind};
 
@@ -402,33 +403,7 @@ pub(crate) fn copy_group(
         }
         read_buffered(ctx.src, ctx.path, pieces, ctx.threads, ctx.progress)?;
     } else {
-        let max_tensor = placements.iter().map(|p| p.len).max().unwrap_or(0);
-        let n = ctx.staging_bytes.max(1).min(max_tensor);
-        let mut staging = Vec::new();
-        staging.try_reserve_exact(n).map_err(|_| Error::Alloc {
-            size: n,
-            source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
-        })?;
-        staging.resize(n, 0u8);
-        let mut dropped = Dropped::default();
-        for (&i, p) in idx.iter().zip(&placements) {
-            let mut done = 0usize;
-            while done < p.len {
-                let n = staging.len().min(p.len - done);
-                ctx.src
-                    .read_at(&mut staging[..n], infos.file_range(i).start + done as u64)
-                    .map_err(|e| Error::io("read", ctx.path, e))?;
-                buffer.set(p.offset + done, &staging[..n])?;
-                // Uploaded: the host keeps neither a copy nor the file's
-                // pages, so it never holds the model twice.
-                let (from, to) = dropped.next(infos.file_range(i).start + done as u64, n as u64);
-                ctx.src.drop_cached(from, to - from);
-                done += n;
-                if !ctx.progress.add(n as u64) {
-                    return Err(Error::Cancelled);
-                }
-            }
-        }
+        upload(ctx, buffer.as_mut(), infos, idx, &placements)?;
     }
     Ok(Filled {
         buffer,
@@ -437,12 +412,50 @@ pub(crate) fn copy_group(
     })
 }
 
+/// Copy tensors `idx` into `buffer` (not host-visible) at `placements`,
+/// through a staging buffer of at most `staging_bytes`, dropping each piece
+/// from the page cache once uploaded: the host keeps neither a copy nor the
+/// file's pages, so it never holds the model twice.
+fn upload(
+    ctx: &ReadCtx<'_>,
+    buffer: &mut dyn Buffer,
+    infos: &TensorTable,
+    idx: &[usize],
+    placements: &[Placement],
+) -> Result<()> {
+    let max_tensor = placements.iter().map(|p| p.len).max().unwrap_or(0);
+    let n = ctx.staging_bytes.max(1).min(max_tensor);
+    let mut staging = Vec::new();
+    staging.try_reserve_exact(n).map_err(|_| Error::Alloc {
+        size: n,
+        source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+    })?;
+    staging.resize(n, 0u8);
+    let mut dropped = Dropped::default();
+    for (&i, p) in idx.iter().zip(placements) {
+        let mut done = 0usize;
+        while done < p.len {
+            let n = staging.len().min(p.len - done);
+            let at = infos.file_range(i).start + done as u64;
+            ctx.src
+                .read_at(&mut staging[..n], at)
+                .map_err(|e| Error::io("read", ctx.path, e))?;
+            buffer.set(p.offset + done, &staging[..n])?;
+            let (from, to) = dropped.next(at, n as u64);
+            ctx.src.drop_cached(from, to - from);
+            done += n;
+            if !ctx.progress.add(n as u64) {
+                return Err(Error::Cancelled);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The ranges to drop from the page cache as uploaded pieces follow one
-/// another. A large folio goes only when a drop covers all of it
-/// (`POSIX_FADV_DONTNEED` passes over one that straddles the range's end),
-/// and the page cache holds the file in folios up to a huge page, so each
-/// drop reaches back a huge page into the run of pieces before it: the
-/// folio that straddled the last boundary goes with the next piece.
+/// another: each reaches back into the run of pieces before it as far as
+/// [`drop_from`] says, so that the folio that straddled the last boundary
+/// goes with the next piece.
 #[derive(Debug, Default)]
 struct Dropped {
     /// Where the current run of adjoining pieces starts, and ends.
@@ -458,7 +471,6 @@ impl Dropped {
             _ => start,
         };
         self.run = Some((run_start, end));
-        let back = crate::os::huge_page() as u64;
-        (start.saturating_sub(back).max(run_start), end)
+        (drop_from(start, run_start), end)
     }
 }

@@ -1,5 +1,6 @@
-//! Getting mapped weights ready to compute on: access advice per tensor and
-//! a background prefetcher.
+//! Getting mapped weights ready to compute on: the prefetch options, and
+//! the prefetcher that carries out what the load's
+//! [`PagePlan`](super::page_plan::PagePlan) decided.
 //!
 //! A mapped load reads nothing but the header; every tensor page is read on
 //! its first touch. From a cold page cache, what that first pass costs is
@@ -11,7 +12,8 @@
 //!
 //! - [`AdvicePolicy::PerTensor`]: `MADV_NORMAL` over the tensor region, and
 //!   `MADV_RANDOM` only on the whole pages of tables read by row (an untied
-//!   token embedding, per-layer token embeddings; see [`is_row_lookup`]),
+//!   token embedding, per-layer token embeddings; see
+//!   [`is_row_lookup`](super::page_plan::is_row_lookup)),
 //!   where read-ahead would pull in rows no lookup needs.
 //! - [`Prefetch::Background`]: once the file has been validated, a thread
 //!   reads the tensor region in file order, a few chunks ahead of where it
@@ -44,147 +46,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
+use super::page_plan::{drop_from, fits, mib, PrefetchPlan, SkipReason};
+#[cfg(doc)]
+use super::page_plan::{AdvicePolicy, Prefetch};
 use super::read::ProgressFn;
-use crate::format::Header;
-use crate::os::{AccessAdvice, Mapping, PageMap};
-
-/// Reading the mapped tensor region ahead of use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Prefetch {
-    /// No prefetch: pages are read as tensors are first used.
-    None,
-    /// A background thread reads the region in file order after validation,
-    /// while `load` returns; it starts only if the region is at most
-    /// `max_percent` of the memory budget (the least of `MemAvailable` and
-    /// every memory cgroup limit less its usage, [`crate::Budget`]), stops if
-    /// that stops being true, and stops when the
-    /// weights drop. The default, with 50%.
-    Background {
-        /// The largest share of available memory, in percent, that the
-        /// region may be for the prefetch to run.
-        max_percent: u8,
-    },
-    /// `MADV_WILLNEED` over the region before returning: the reads are
-    /// queued, and for a large file the call blocks until most are issued.
-    WillNeed,
-    /// Read and map every page before returning, whatever the memory: no
-    /// first-touch faults afterwards (llama.cpp's `MAP_POPULATE`).
-    Populate,
-}
-
-impl Prefetch {
-    /// The default: [`Prefetch::Background`] with 50%.
-    pub const DEFAULT: Prefetch = Prefetch::Background { max_percent: 50 };
-}
-
-impl Default for Prefetch {
-    fn default() -> Self {
-        Prefetch::DEFAULT
-    }
-}
-
-/// Access advice for the mapped tensor region.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum AdvicePolicy {
-    /// `MADV_NORMAL` over the region, `MADV_RANDOM` on the tensors
-    /// read by row (the default): per-layer token embeddings, and a token
-    /// embedding when the model has a separate output matrix.
-    #[default]
-    PerTensor,
-    /// The same advice over the whole region (`Uniform(Random)` was
-    /// weightmap's default before 0.2; it makes a cold first pass read one
-    /// page per fault).
-    Uniform(AccessAdvice),
-}
-
-/// Whether the tensor `name`, in a model whose tensor names are `names`, is
-/// a table that runtimes read by row, so that read-ahead around a lookup
-/// reads rows nobody needs: per-layer token embeddings always, and a token
-/// embedding when the model has a separate output projection (`output.weight`
-/// or `lm_head.weight`). A tied embedding is also the output matrix, read
-/// whole for every token's logits, so it is not a lookup table.
-pub(crate) fn is_row_lookup<'a>(name: &str, names: impl IntoIterator<Item = &'a str>) -> bool {
-    const PER_LAYER: [&str; 2] = [
-        "per_layer_token_embd.weight",
-        "embed_tokens_per_layer.weight",
-    ];
-    const EMBEDDING: [&str; 5] = [
-        "token_embd.weight",
-        "embed_tokens.weight",
-        "tok_embeddings.weight",
-        "wte.weight",
-        "word_embeddings.weight",
-    ];
-    if PER_LAYER.iter().any(|s| name.ends_with(s)) {
-        return true;
-    }
-    EMBEDDING.iter().any(|s| name.ends_with(s))
-        && names
-            .into_iter()
-            .any(|n| n == "output.weight" || n.ends_with("lm_head.weight"))
-}
-
-/// Apply `policy` to the tensor region `[start, end)` of `map`; returns the
-/// indices of the tensors advised `MADV_RANDOM`. Advice is advisory: its
-/// failure is ignored, as llama.cpp only warns.
-pub(crate) fn apply_advice(
-    map: &Mapping,
-    header: &Header,
-    policy: AdvicePolicy,
-    start: usize,
-    end: usize,
-) -> Vec<usize> {
-    match policy {
-        AdvicePolicy::Uniform(a) => {
-            let _ = map.advise(a, start, end);
-            Vec::new()
-        }
-        AdvicePolicy::PerTensor => {
-            let tensors = header.tensors();
-            let names = || tensors.iter().map(|t| t.name);
-            let lookups: Vec<usize> = (0..tensors.len())
-                .filter(|&i| is_row_lookup(tensors.name(i), names()))
-                .collect();
-            // MADV_NORMAL is a fresh mapping's advice already; only the
-            // lookup tables need a call (whole pages only: a page shared
-            // with a neighbour keeps read-ahead).
-            for &i in &lookups {
-                let r = tensors.file_range(i);
-                let _ = map.advise_inward(AccessAdvice::Random, r.start as usize, r.end as usize);
-            }
-            lookups
-        }
-    }
-}
-
-/// Advise the tensor region `[start, end)` of `map` `MADV_HUGEPAGE` under
-/// [`AdvicePolicy::PerTensor`], in one call (so that the mapping is not cut
-/// into a piece per tensor); returns whether the kernel took it.
-///
-/// Only once the header is read: its first fault's read-ahead (the
-/// device's read-ahead size, 8 MiB here) then comes in base pages, the
-/// first tensors with it. Read in huge pages, the header would share a
-/// 2 MiB folio with the first tensor, and that folio would stay cached as
-/// long as the header is mapped, even when every tensor is uploaded to a
-/// device and dropped from the host (`tests/budget.rs`).
-///
-/// Decode reads every weight per token, and how fast it reads them depends
-/// on the pages behind them: PMD-mapped 2 MiB folios ran GEMV 1.12× a 4 KiB
-/// heap copy here, base-page folios 0.92× (FIELD-NOTES, "Page sizes and
-/// decode"). How the page cache is filled decides its folio size, and it
-/// outlives the process: under this advice every fault in the region, the
-/// prefetch's and the runtime's own, reads PMD-size folios (Linux 5.18+;
-/// whole in the cache on ext4 6.16+ and XFS), where `MADV_WILLNEED` reads
-/// base pages. Advice the caller chose for the whole region
-/// ([`AdvicePolicy::Uniform`]) is left as it is.
-pub(crate) fn advise_huge_pages(
-    map: &Mapping,
-    policy: AdvicePolicy,
-    start: usize,
-    end: usize,
-) -> bool {
-    policy == AdvicePolicy::PerTensor && start < end && map.read_in_huge_pages(start, end)
-}
+use crate::os::{Mapping, PageMap};
 
 /// What the prefetch policy did at load time.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -240,28 +106,6 @@ pub enum PrefetchDecision {
     Skipped(SkipReason),
 }
 
-/// Why a background prefetch did not start.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SkipReason {
-    /// The region is more than `max_percent` of the memory budget.
-    TooLarge {
-        /// Bytes of the region.
-        bytes: u64,
-        /// The memory budget.
-        budget: u64,
-        /// The limit, in percent.
-        max_percent: u8,
-    },
-    /// The memory budget could not be read (no `/proc`).
-    MemoryUnknown,
-    /// The thread could not be started.
-    Spawn {
-        /// The OS error.
-        error: String,
-    },
-}
-
 impl PrefetchDecision {
     /// A short, stable name: `"off"`, `"not_mapped"`, `"willneed"`,
     /// `"populated"`, `"background"`, `"windowed"`, `"huge_pages"`,
@@ -278,10 +122,6 @@ impl PrefetchDecision {
             PrefetchDecision::Skipped(_) => "skipped",
         }
     }
-}
-
-fn mib(b: u64) -> String {
-    format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
 }
 
 impl fmt::Display for PrefetchDecision {
@@ -323,45 +163,6 @@ impl fmt::Display for PrefetchDecision {
             PrefetchDecision::Skipped(r) => write!(f, "skipped: {r}"),
         }
     }
-}
-
-impl fmt::Display for SkipReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SkipReason::TooLarge {
-                bytes,
-                budget,
-                max_percent,
-            } => write!(
-                f,
-                "{} is over {max_percent}% of the memory budget ({})",
-                mib(*bytes),
-                mib(*budget)
-            ),
-            SkipReason::MemoryUnknown => write!(f, "memory budget unknown"),
-            SkipReason::Spawn { error } => write!(f, "cannot start a thread: {error}"),
-        }
-    }
-}
-
-/// Whether a background prefetch of `bytes` may run within a memory budget of `budget`
-/// bytes available and a limit of `max_percent`: `Ok(available)`, or why
-/// not.
-pub(crate) fn decide(bytes: u64, budget: Option<u64>, max_percent: u8) -> Result<u64, SkipReason> {
-    let avail = budget.ok_or(SkipReason::MemoryUnknown)?;
-    if fits(bytes, avail, max_percent) {
-        Ok(avail)
-    } else {
-        Err(SkipReason::TooLarge {
-            bytes,
-            budget: avail,
-            max_percent,
-        })
-    }
-}
-
-fn fits(bytes: u64, avail: u64, max_percent: u8) -> bool {
-    u128::from(bytes) * 100 <= u128::from(avail) * u128::from(max_percent)
 }
 
 /// Where a prefetch stands.
@@ -572,6 +373,18 @@ fn read_ahead_of_pass(
                 }
                 std::thread::sleep(FOLLOW_POLL);
             }
+            // The pass has read what lies behind its front: queued again,
+            // those reads would only bring back what the drop above takes,
+            // for good once the drop has passed. A thread the scheduler
+            // runs late (another build on the cores) finds the pass far
+            // ahead of it, so it moves on to the front.
+            if pos < front {
+                let to = front.min(end);
+                done += (to - pos) as u64;
+                pos = to;
+                shared.done.store(done, Ordering::Relaxed);
+                continue;
+            }
             let n = STEP.min(end - pos);
             map.will_need(pos, pos + n);
             pos += n;
@@ -610,10 +423,9 @@ impl Behind {
             self.at = self.at.max(rs);
             let upto = to.min(re);
             if upto > self.at {
-                // From a huge page back: a large folio (the pass's own
-                // faults read them) goes only when a drop covers all of it,
-                // and the last batch ended inside one.
-                let from = self.at.saturating_sub(crate::os::huge_page()).max(rs);
+                // From a huge page back: the last batch may have ended
+                // inside a large folio (the pass's own faults read them).
+                let from = drop_from(self.at as u64, rs as u64) as usize;
                 // Advisory: a failure only leaves the pages to reclaim.
                 let _ = map.release(from, upto);
                 self.at = upto;
@@ -630,31 +442,13 @@ fn total_of(ranges: &[(usize, usize)]) -> u64 {
     ranges.iter().map(|r| (r.1 - r.0) as u64).sum()
 }
 
-/// Read and map `ranges` in the calling thread ([`Prefetch::Populate`]),
-/// in huge pages when they are advised so (`huge`), then, if asked
-/// (`reread`), re-read what the page cache held in small folios; false if
-/// `progress` cancelled it.
-pub(crate) fn populate(
-    map: &Mapping,
-    ranges: &[(usize, usize)],
-    huge: bool,
-    reread: bool,
-    progress: Option<&ProgressFn>,
-) -> bool {
-    let shared = Shared::new(total_of(ranges));
-    let state = read_in_order(map, ranges, huge, &shared, None, progress);
-    if state == FINISHED && reread && huge {
-        reread_small_folios(map, ranges, || false);
-    }
-    state != STOPPED_CANCEL
-}
-
 /// Drop and read again, in huge-page folios, each of `ranges` (advised
-/// `MADV_HUGEPAGE`, read and mapped) that this process maps mostly in base
-/// pages: the page cache held it in small folios before the load (another
-/// process filled it), which a fault under the advice does not change.
-/// Returns the bytes re-read; stops early when `stop` says so. What another
-/// process still maps cannot be dropped, and stays as it is.
+/// `MADV_HUGEPAGE`, read and mapped) of which this process maps at least a
+/// quarter of what could be huge (and at least one huge page) in small
+/// folios: the page cache held it so before the load (another process
+/// filled it), which a fault under the advice does not change. Returns the
+/// bytes re-read; stops early when `stop` says so. What another process
+/// still maps cannot be dropped, and stays as it is.
 fn reread_small_folios(map: &Mapping, ranges: &[(usize, usize)], stop: impl Fn() -> bool) -> u64 {
     let mut reread = 0u64;
     for &(start, end) in ranges {
@@ -665,8 +459,8 @@ fn reread_small_folios(map: &Mapping, ranges: &[(usize, usize)], stop: impl Fn()
             .resident
             .min(capacity as u64)
             .saturating_sub(sizes.huge);
-        // A quarter of what could be huge, at least one huge page: the
-        // ragged ends of a range and a neighbour's page are not worth a read.
+        // The ragged ends of a range and a neighbour's page are not worth
+        // a read.
         if small < (capacity as u64 / 4).max(crate::os::huge_page() as u64) {
             continue;
         }
@@ -689,6 +483,31 @@ fn reread_small_folios(map: &Mapping, ranges: &[(usize, usize)], stop: impl Fn()
     reread
 }
 
+/// Read `ranges` in order (within `mem`'s budget, if given) and then, if
+/// the region asks for it and all was read, re-read its small folios;
+/// returns the final state, the re-read bytes in `shared`.
+fn read_region(
+    map: &Mapping,
+    region: &Region,
+    shared: &Shared,
+    mem: Option<(MemReader, u8)>,
+    progress: Option<&ProgressFn>,
+) -> u8 {
+    let state = read_in_order(
+        map,
+        &region.ranges,
+        region.huge_pages,
+        shared,
+        mem,
+        progress,
+    );
+    if state == FINISHED && region.reread {
+        let n = reread_small_folios(map, &region.ranges, || shared.stop.load(Ordering::Relaxed));
+        shared.reread.store(n, Ordering::Relaxed);
+    }
+    state
+}
+
 /// The mapped tensor region a prefetch reads.
 #[derive(Debug)]
 pub(crate) struct Region {
@@ -697,17 +516,17 @@ pub(crate) struct Region {
     /// The same without the tables read by row: what a first pass goes
     /// through in order.
     pub(crate) in_order: Vec<(usize, usize)>,
-    /// Whether the region is advised `MADV_HUGEPAGE` ([`advise_huge_pages`]):
-    /// it is then read in PMD-size folios, by the prefetch as by the first
-    /// pass's own faults.
+    /// Whether the region is advised `MADV_HUGEPAGE`: it is then read in
+    /// PMD-size folios, by the prefetch as by the first pass's own faults.
     pub(crate) huge_pages: bool,
     /// Re-read what the page cache held in small folios, once read
     /// ([`crate::LoadOptions::reread_small_folios`]).
     pub(crate) reread: bool,
 }
 
-/// A background prefetch of a mapping's tensor region, stopped and joined on
-/// drop: no thread outlives it and nothing is read after it drops.
+/// A prefetch of a mapping's tensor region: a thread, stopped and joined
+/// on drop (no thread outlives it and nothing is read after it drops), or
+/// the record of a populate that ran before the load returned.
 #[derive(Debug)]
 pub(crate) struct Prefetcher {
     shared: Arc<Shared>,
@@ -715,61 +534,60 @@ pub(crate) struct Prefetcher {
 }
 
 impl Prefetcher {
-    /// Decide against `budget` (the load's, read when it started) and, if
-    /// the region (`region.ranges`) fits, start the thread, which re-reads the
-    /// budget with `mem` as it goes; if it does not fit, follow the first
-    /// pass through `in_order` (the region without the tables read by row,
-    /// which a pass does not go through in order).
+    /// Carry out `plan` over `region` of `map`: a background thread re-reads
+    /// the budget with `mem` as it goes; a populate runs here, and
+    /// `Err(Cancelled)` says `progress` cancelled it.
     pub(crate) fn start(
         map: &Arc<Mapping>,
         region: Region,
-        max_percent: u8,
-        budget: Option<u64>,
+        plan: PrefetchPlan,
         mem: MemReader,
         progress: Option<ProgressFn>,
-    ) -> (Option<Prefetcher>, PrefetchDecision) {
-        let Region {
-            ranges,
-            in_order,
-            huge_pages,
-            reread,
-        } = region;
-        let bytes = total_of(&ranges);
-        let avail = match decide(bytes, budget, max_percent) {
-            Ok(a) => a,
-            Err(SkipReason::TooLarge { budget, .. }) => {
-                // Faults in huge-page folios read ahead on their own, and
-                // the cgroup reclaims such folios whole, where the windowed
-                // read-ahead's 4 KiB folios cost it a reverse-map walk and
-                // a TLB flush each (BENCHMARKS.md, "Under a memory limit").
-                if huge_pages && !ranges.is_empty() {
-                    return (None, PrefetchDecision::HugePages { bytes, budget });
+    ) -> crate::error::Result<(Option<Prefetcher>, PrefetchDecision)> {
+        let bytes = total_of(&region.ranges);
+        Ok(match plan {
+            PrefetchPlan::Off => (None, PrefetchDecision::Off),
+            PrefetchPlan::WillNeed => {
+                for &(s, e) in &region.ranges {
+                    map.will_need(s, e);
                 }
-                return Prefetcher::start_windowed(map, ranges, in_order, budget, max_percent);
+                (None, PrefetchDecision::WillNeed { bytes })
             }
-            Err(r) => return (None, PrefetchDecision::Skipped(r)),
-        };
-        let shared = Arc::new(Shared::new(bytes));
-        let m = Arc::clone(map);
-        let decision = PrefetchDecision::Background {
-            bytes,
-            budget: avail,
-            max_percent,
-        };
-        Prefetcher::spawn(shared, decision, move |s| {
-            let state = read_in_order(
-                &m,
-                &ranges,
-                huge_pages,
-                s,
-                Some((mem, max_percent)),
-                progress.as_ref(),
-            );
-            if state == FINISHED && reread && huge_pages {
-                let n = reread_small_folios(&m, &ranges, || s.stop.load(Ordering::Relaxed));
-                s.reread.store(n, Ordering::Relaxed);
+            PrefetchPlan::Populate => {
+                let shared = Arc::new(Shared::new(bytes));
+                let state = read_region(map, &region, &shared, None, progress.as_ref());
+                if state == STOPPED_CANCEL {
+                    return Err(crate::error::Error::Cancelled);
+                }
+                shared.finish(state);
+                let done = Prefetcher {
+                    shared,
+                    handle: None,
+                };
+                (Some(done), PrefetchDecision::Populated { bytes })
             }
-            state
+            PrefetchPlan::Background {
+                budget,
+                max_percent,
+            } => {
+                let shared = Arc::new(Shared::new(bytes));
+                let m = Arc::clone(map);
+                let decision = PrefetchDecision::Background {
+                    bytes,
+                    budget,
+                    max_percent,
+                };
+                Prefetcher::spawn(shared, decision, move |s| {
+                    read_region(&m, &region, s, Some((mem, max_percent)), progress.as_ref())
+                })
+            }
+            PrefetchPlan::Windowed { budget, window } => {
+                Prefetcher::start_windowed(map, region, budget, window)
+            }
+            PrefetchPlan::HugePages { budget } => {
+                (None, PrefetchDecision::HugePages { bytes, budget })
+            }
+            PrefetchPlan::Skipped(r) => (None, PrefetchDecision::Skipped(r)),
         })
     }
 
@@ -805,20 +623,16 @@ impl Prefetcher {
         }
     }
 
-    /// A read-ahead of `ranges` that follows the first pass through
-    /// `follow` ([`read_ahead_of_pass`]), half of `max_percent` of `budget`
-    /// ahead of it.
+    /// A read-ahead of `region` that follows the first pass through its
+    /// ranges read in order ([`read_ahead_of_pass`]), `window` bytes ahead
+    /// of it.
     fn start_windowed(
         map: &Arc<Mapping>,
-        ranges: Vec<(usize, usize)>,
-        follow: Vec<(usize, usize)>,
+        region: Region,
         budget: u64,
-        max_percent: u8,
+        window: u64,
     ) -> (Option<Prefetcher>, PrefetchDecision) {
-        let bytes = total_of(&ranges);
-        // Half the prefetch's share: the pass's own pages, and what the
-        // kernel has not yet reclaimed behind it, take the rest.
-        let window = (u128::from(budget) * u128::from(max_percent) / 200) as u64;
+        let bytes = total_of(&region.ranges);
         let pages = match PageMap::open() {
             Ok(p) => p,
             Err(e) => {
@@ -840,7 +654,7 @@ impl Prefetcher {
             window,
         };
         Prefetcher::spawn(shared, decision, move |s| {
-            read_ahead_of_pass(&m, &ranges, &follow, s, w, &pages)
+            read_ahead_of_pass(&m, &region.ranges, &region.in_order, s, w, &pages)
         })
     }
 
@@ -900,27 +714,8 @@ impl Drop for Prefetcher {
 
 #[cfg(test)]
 mod tests {
+    use super::super::page_plan::{plan_prefetch, Prefetch};
     use super::*;
-
-    #[test]
-    fn a_token_embedding_is_a_row_lookup_only_when_untied() {
-        let untied = ["token_embd.weight", "blk.0.attn_q.weight", "output.weight"];
-        assert!(is_row_lookup("token_embd.weight", untied));
-        let tied = ["token_embd.weight", "blk.0.attn_q.weight"];
-        assert!(!is_row_lookup("token_embd.weight", tied));
-        assert!(is_row_lookup("per_layer_token_embd.weight", tied));
-        assert!(!is_row_lookup("blk.0.attn_q.weight", untied));
-    }
-
-    #[test]
-    fn a_prefetch_runs_only_within_its_share_of_known_memory() {
-        assert_eq!(decide(400, Some(1000), 50), Ok(1000));
-        assert!(matches!(
-            decide(600, Some(1000), 50),
-            Err(SkipReason::TooLarge { .. })
-        ));
-        assert_eq!(decide(1, None, 50), Err(SkipReason::MemoryUnknown));
-    }
     use std::io::Write;
 
     fn mapped_file(len: usize) -> (tempfile::NamedTempFile, Arc<Mapping>) {
@@ -932,26 +727,26 @@ mod tests {
         (f, Arc::new(map))
     }
 
-    /// A prefetch of all of `map` held to a budget that stays `budget`.
+    /// All of `map`, read in base pages, not re-read.
+    fn whole(map: &Mapping) -> Region {
+        Region {
+            ranges: vec![(0, map.len())],
+            in_order: vec![(0, map.len())],
+            huge_pages: false,
+            reread: false,
+        }
+    }
+
+    /// A background prefetch of all of `map`, planned against a budget
+    /// that stays `budget`, and started.
     fn start_with(
         map: &Arc<Mapping>,
         max_percent: u8,
         budget: Option<u64>,
     ) -> (Option<Prefetcher>, PrefetchDecision) {
-        let ranges = vec![(0, map.len())];
-        Prefetcher::start(
-            map,
-            Region {
-                in_order: ranges.clone(),
-                ranges,
-                huge_pages: false,
-                reread: false,
-            },
-            max_percent,
-            budget,
-            Arc::new(move || budget),
-            None,
-        )
+        let asked = Prefetch::Background { max_percent };
+        let plan = plan_prefetch(asked, map.len() as u64, budget, false);
+        Prefetcher::start(map, whole(map), plan, Arc::new(move || budget), None).unwrap()
     }
 
     #[test]
@@ -992,6 +787,38 @@ mod tests {
         assert_eq!(done.bytes_done, len as u64);
     }
 
+    /// A read-ahead thread that first runs when the pass is already far
+    /// ahead (a loaded machine schedules it late) drops what is a window
+    /// behind the pass and never reads it back.
+    #[test]
+    fn a_late_read_ahead_reads_nothing_behind_the_pass() {
+        let test = "a_late_read_ahead_reads_nothing_behind_the_pass";
+        let (f, map) = mapped_file(6 * CHUNK);
+        // Observable where the file's pages can be dropped (synced first:
+        // dirty pages stay) and there is a page map to follow the pass by.
+        f.as_file().sync_all().unwrap();
+        let dropped = crate::os::evict(f.path()).is_ok()
+            && map.residency(0, map.len()).unwrap().resident_pages == 0;
+        if !dropped || PageMap::open().is_err() {
+            println!("{test}: skipped: no page map, or the page cache cannot be dropped here");
+            return;
+        }
+        // The pass has mapped 5 of the 6 chunks before the thread starts.
+        map.populate_read(0, 5 * CHUNK).unwrap();
+        let (p, d) = Prefetcher::start_windowed(&map, whole(&map), 4 * CHUNK as u64, CHUNK as u64);
+        assert_eq!(d.name(), "windowed");
+        // It drops up to a window behind the pass's front...
+        let far_behind = |m: &Mapping| m.residency(0, 3 * CHUNK).unwrap().fraction();
+        let t0 = std::time::Instant::now();
+        while far_behind(&map) > 0.0 && t0.elapsed() < std::time::Duration::from_secs(20) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        // ...and, waiting for the pass to move on, reads none of it back.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert_eq!(far_behind(&map), 0.0);
+        drop(p);
+    }
+
     #[test]
     fn it_stops_when_memory_stops_fitting() {
         use std::sync::atomic::AtomicUsize;
@@ -1005,19 +832,8 @@ mod tests {
         }
         let (_f, map) = mapped_file(RECHECK + 2 * CHUNK);
         let len = map.len();
-        let (p, _) = Prefetcher::start(
-            &map,
-            Region {
-                ranges: vec![(0, len)],
-                in_order: vec![(0, len)],
-                huge_pages: false,
-                reread: false,
-            },
-            50,
-            shrinking(),
-            Arc::new(shrinking),
-            None,
-        );
+        let plan = plan_prefetch(Prefetch::DEFAULT, len as u64, shrinking(), false);
+        let (p, _) = Prefetcher::start(&map, whole(&map), plan, Arc::new(shrinking), None).unwrap();
         let done = p.unwrap().wait();
         assert_eq!(done.state, PrefetchState::StoppedForMemory);
         assert!(done.bytes_done >= RECHECK as u64 && done.bytes_done < len as u64);

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::page_plan::Reread;
 use super::prefetch::PrefetchDecision;
 use crate::error::FallbackReason;
 use crate::format::Format;
@@ -93,8 +94,8 @@ pub struct BufferReport {
 
 /// How many bytes of the placed tensors sit in huge pages, measured when
 /// asked ([`Weights::huge_pages`]): decode reads every weight per token,
-/// and reads them faster from huge pages (FIELD-NOTES, "Page sizes and
-/// decode").
+/// and reads them faster from huge pages (ARCHITECTURE.md, "Huge pages for
+/// the weights").
 ///
 /// [`Weights::huge_pages`]: crate::Weights::huge_pages
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,6 +171,11 @@ pub struct LoadReport {
     /// What the prefetch policy did (see `Weights::prefetch_progress` for
     /// how far a background prefetch has got).
     pub prefetch: PrefetchDecision,
+    /// What became of
+    /// [`LoadOptions::reread_small_folios`](crate::LoadOptions::reread_small_folios):
+    /// not asked for, acting, or refused and why (for a model in several
+    /// files, the first file's).
+    pub reread: Reread,
     /// For a model in several files, each file (empty for one file).
     pub shards: Vec<ShardReport>,
     /// Things worth knowing that are not errors (an index whose

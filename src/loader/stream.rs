@@ -3,6 +3,7 @@
 
 use std::fs::File;
 
+use super::page_plan::{Reread, RereadRefusal};
 use super::prefetch::PrefetchDecision;
 use crate::error::Result;
 use crate::format::{read_header, read_header_at};
@@ -38,11 +39,19 @@ fn direct_wanted(file: &File, opts: &LoadOptions) -> std::result::Result<(), Dir
     }
 }
 
-/// Load `src` into owned buffers: validate the header (read in growing
-/// prefixes, never past it), then read each tensor once into its place. A
-/// file range reads only that range
-/// (buffered: direct reads reopen the file by path); memory is copied.
-pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Loaded> {
+/// The open file behind `src` (none for memory), its validated header,
+/// where the header starts in the file, and whether direct reads are
+/// wanted (only for a file opened by path), or why not.
+struct Opened {
+    file: Option<File>,
+    header: crate::format::Header,
+    base: u64,
+    wanted: std::result::Result<(), DirectOutcome>,
+}
+
+/// Open `src` and validate its header, read in growing prefixes, never
+/// past it.
+fn open_and_read_header(src: &Source<'_>, opts: &LoadOptions) -> Result<Opened> {
     let label = src.label();
     let path = label.as_path();
     let mut wanted = Err(DirectOutcome::NotApplicable {
@@ -77,6 +86,27 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
             (None, crate::format::Header::parse(bytes)?, 0)
         }
     };
+    Ok(Opened {
+        file,
+        header,
+        base,
+        wanted,
+    })
+}
+
+/// Load `src` into owned buffers: validate the header (read in growing
+/// prefixes, never past it), then read each tensor once into its place. A
+/// file range reads only that range
+/// (buffered: direct reads reopen the file by path); memory is copied.
+pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Loaded> {
+    let label = src.label();
+    let path = label.as_path();
+    let Opened {
+        file,
+        header,
+        base,
+        wanted,
+    } = open_and_read_header(src, opts)?;
     let infos = header.tensors();
     let mut groups: Vec<Group> = Vec::new();
     for (i, t) in infos.iter().enumerate() {
@@ -158,6 +188,10 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
         prefetcher: None,
         prefetch: PrefetchDecision::NotMapped,
         random_access: Vec::new(),
+        reread: match opts.reread_small_folios {
+            true => Reread::Refused(RereadRefusal::NotMapped),
+            false => Reread::Off,
+        },
         copied: Vec::new(),
         read: Some(ReadReport {
             threads: if used_direct {

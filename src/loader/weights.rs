@@ -263,14 +263,14 @@ impl Weights {
             // Each shard's prefetch gets its share of the memory limit, so
             // that together they hold to it.
             let mut opts = options.clone();
-            if let super::prefetch::Prefetch::Background { max_percent } = opts.prefetch {
+            if let super::page_plan::Prefetch::Background { max_percent } = opts.prefetch {
                 let (s, e) = h.header.tensor_region();
                 let share = if total == 0 {
                     1.0
                 } else {
                     (e - s) as f64 / total as f64
                 };
-                opts.prefetch = super::prefetch::Prefetch::Background {
+                opts.prefetch = super::page_plan::Prefetch::Background {
                     max_percent: ((f64::from(max_percent) * share).floor() as u8)
                         .max(1)
                         .min(max_percent),
@@ -547,8 +547,10 @@ impl Weights {
         self.header().safetensors_metadata()
     }
 
-    /// How far the background prefetch has got (over every file): `None`
-    /// when none was started (see [`LoadReport::prefetch`] for why).
+    /// How far the background prefetch has got (over every file), or what a
+    /// populate ([`Prefetch::Populate`](crate::Prefetch::Populate)) read
+    /// before the load returned: `None` when neither ran (see
+    /// [`LoadReport::prefetch`] for why).
     pub fn prefetch_progress(&self) -> Option<PrefetchProgress> {
         combine_progress(
             self.parts

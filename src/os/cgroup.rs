@@ -3,8 +3,8 @@
 //!
 //! `MemAvailable` alone is not enough: it is the whole machine's estimate and
 //! knows nothing of the container's or app's cgroup, whose limit is what the
-//! OOM killer enforces (FIELD-NOTES, "Memory limits: what a loader runs
-//! under"). So the budget is the least of `MemAvailable` and, for every
+//! OOM killer enforces (ARCHITECTURE.md, "Memory limits", with the kernel
+//! documents it rests on). So the budget is the least of `MemAvailable` and, for every
 //! memory limit on the process's cgroup and on each ancestor that charges
 //! it, in both cgroup versions, that limit less what is used.
 //!

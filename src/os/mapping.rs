@@ -415,7 +415,7 @@ pub(crate) fn memory_residency(mem: &[u8]) -> io::Result<Residency> {
 
 /// Whether this system does what page advice asks, measured: a released
 /// range of a mapped file must stop being resident. qemu-user takes advice
-/// and does nothing (FIELD-NOTES, "Building and running other targets"),
+/// and does nothing (ARCHITECTURE.md, "What is tested where"),
 /// and wine keeps pages a Windows release would take out of the working
 /// set; tests that measure the page cache skip those assertions there, and
 /// say so, while every byte-level assertion still runs.

@@ -25,6 +25,61 @@ pub(crate) fn huge_page() -> usize {
     huge_page_size(sys::page_size())
 }
 
+/// How this kernel gives transparent huge pages to anonymous memory
+/// (`/sys/kernel/mm/transparent_hugepage/enabled` on Linux and Android).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TransparentHugePages {
+    /// To all memory (`[always]`).
+    Always,
+    /// To memory advised `MADV_HUGEPAGE` (`[madvise]`).
+    Madvise,
+    /// To none (`[never]`).
+    Never,
+    /// None: a kernel built without them, or another platform.
+    Absent,
+}
+
+impl TransparentHugePages {
+    /// Whether memory advised `MADV_HUGEPAGE` (weightmap's owned buffers,
+    /// by default) can be in huge pages: `Always` or `Madvise`.
+    pub fn for_advised_memory(self) -> bool {
+        matches!(
+            self,
+            TransparentHugePages::Always | TransparentHugePages::Madvise
+        )
+    }
+}
+
+/// How this kernel gives transparent huge pages, read once per call: the
+/// one place weightmap and its tests ask.
+///
+/// ```
+/// use weightmap::{transparent_huge_pages, TransparentHugePages};
+/// let thp = transparent_huge_pages();
+/// if cfg!(not(any(target_os = "linux", target_os = "android"))) {
+///     assert_eq!(thp, TransparentHugePages::Absent);
+/// }
+/// println!("huge pages for advised memory: {}", thp.for_advised_memory());
+/// ```
+pub fn transparent_huge_pages() -> TransparentHugePages {
+    if !cfg!(any(target_os = "linux", target_os = "android")) {
+        return TransparentHugePages::Absent;
+    }
+    let Ok(enabled) = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled") else {
+        return TransparentHugePages::Absent;
+    };
+    if enabled.contains("[always]") {
+        TransparentHugePages::Always
+    } else if enabled.contains("[madvise]") {
+        TransparentHugePages::Madvise
+    } else if enabled.contains("[never]") {
+        TransparentHugePages::Never
+    } else {
+        TransparentHugePages::Absent
+    }
+}
+
 /// Bytes of `[start, end)` (addresses) inside whole huge pages: the most
 /// of it that can be mapped in huge pages.
 pub(crate) fn whole_huge_pages(start: usize, end: usize) -> usize {

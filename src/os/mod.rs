@@ -62,4 +62,4 @@ pub(crate) use sys::{read_budget, same_file};
 
 // The page-cache helpers a caller may use directly.
 pub use mapping::{evict, file_residency, AccessAdvice, Residency};
-pub use mem::page_size;
+pub use mem::{page_size, transparent_huge_pages, TransparentHugePages};

@@ -1,7 +1,7 @@
 //! Rounding to pages, with the page size as an argument: kernels run with
 //! 4, 16 and 64 KiB pages (Android 15+ devices with 16 KiB, ARM servers with
 //! 64 KiB), and a range rounded to the wrong size is refused (`EINVAL`) or
-//! touches a neighbour's pages (FIELD-NOTES, "Other platforms": nntrainer
+//! touches a neighbour's pages (ARCHITECTURE.md, "Platforms": nntrainer
 //! #4171, velox #18617, pytorch #145610). The callers pass the running
 //! system's [`page_size`](super::page_size) and
 //! [`map_granularity`](super::map_granularity); the tests pass each size.

@@ -166,22 +166,21 @@ FilePmdMapped:         0 kB
         crate::os::advise_huge_pages(&mut v[off..off + 2 * huge]);
         v[off..off + 2 * huge].fill(1);
         let r = page_sizes(&[(start, start + 2 * huge)]).unwrap()[0];
-        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
-            .unwrap_or_default();
+        let thp = crate::os::transparent_huge_pages();
         if !crate::os::page_advice_is_observable("anonymous huge pages") {
             return;
         }
         // Every byte was written, so every page is mapped.
         assert_eq!(r.resident, 2 * huge as u64, "{r:?}");
-        if thp.contains("[never]") || thp.is_empty() {
-            println!("no transparent huge pages here: {}", thp.trim());
+        if !thp.for_advised_memory() {
+            println!("no transparent huge pages here: {thp:?}");
             assert_eq!(r.huge, 0);
         } else {
             // Whole huge pages, within the range; one may be refused when
             // memory is too fragmented to compact, both hardly.
             assert!(
                 r.huge % huge as u64 == 0 && r.huge >= huge as u64,
-                "{r:?} ({thp})"
+                "{r:?} ({thp:?})"
             );
         }
     }

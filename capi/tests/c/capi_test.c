@@ -214,6 +214,26 @@ static void check_errors(const char *good, const char *misaligned) {
     o = wm_options_default();
     o.alignment = 3;
     CHECK(wm_load(good, &o, &w) == WM_ERR_BAD_ARGUMENT, "alignment 3");
+    o = wm_options_default();
+    CHECK(o.huge_pages == 1 && o.reread_small_folios == 0, "huge-page defaults");
+    o.huge_pages = 2;
+    CHECK(wm_load(good, &o, &w) == WM_ERR_BAD_ARGUMENT, "huge_pages 2");
+
+    /* Owned buffers in base pages, the re-read asked for, and the figure. */
+    o = wm_options_default();
+    o.mode = WM_MODE_STREAM;
+    o.huge_pages = 0;
+    o.reread_small_folios = 1;
+    CHECK(wm_load(good, &o, &w) == WM_OK, "load without huge pages: %s", err());
+    if (w) {
+        wm_huge_page_bytes h;
+        CHECK(wm_huge_pages(w, &h) == WM_OK, "wm_huge_pages: %s", err());
+        CHECK(h.mapped_bytes == 0 && h.owned_bytes > 0, "streamed: owned bytes only");
+        CHECK(h.owned_huge == 0 || h.owned_huge == WM_UNKNOWN, "no huge pages when off");
+        CHECK(wm_huge_pages(w, NULL) == WM_ERR_BAD_ARGUMENT, "NULL figures");
+        wm_free(w);
+        w = NULL;
+    }
 
     CHECK(wm_mode_used(NULL) == -1, "wm_mode_used(NULL)");
     CHECK(wm_fallback_reason(NULL) == NULL, "wm_fallback_reason(NULL)");

@@ -21,7 +21,6 @@ WORK="${WM_GGML_WORK:-$ROOT/target/ggml-proof}"
 # shellcheck source=capi/tests/ggml/llama-sources.sh
 . "$ROOT/capi/tests/ggml/llama-sources.sh"
 VERSION=$LLAMA_CPP_PYTHON_VERSION
-SRC="$LLAMA/ggml"
 mkdir -p "$WORK"
 
 for tool in cmake cc c++ cargo; do
@@ -36,22 +35,17 @@ if [ "$rc" -eq 2 ]; then
 fi
 [ "$rc" -eq 0 ] || exit "$rc"
 
-echo "== ggml proof: weightmap's C ABI (release) and the model"
+echo "== ggml proof: the model"
 cd "$ROOT"
-cargo build --release --locked -p weightmap-capi
 # The generator runs in the dev profile, whose dependencies `cargo test` built.
 cargo run --locked -q -p weightmap-capi --example gen_proof_model -- "$WORK/proof.gguf"
 # 16384 rows: about 100 MiB of dequantized tensors, far above the noise of
 # the process's own allocations in RssAnon.
 cargo run --locked -q -p weightmap-capi --example gen_proof_model -- "$WORK/proof-large.gguf" 16384
 
-echo "== ggml proof: build ggml (llama.cpp vendored by llama-cpp-python $VERSION)"
+echo "== ggml proof: build weightmap's C ABI and ggml (llama.cpp vendored by llama-cpp-python $VERSION)"
 start=$(date +%s)
-cmake -S "$ROOT/capi/tests/ggml" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release \
-  -DGGML_SRC="$SRC" -DWEIGHTMAP_LIB="$ROOT/target/release/libweightmap_capi.a" >"$WORK/cmake.log" 2>&1 \
-  || { cat "$WORK/cmake.log" >&2; exit 1; }
-cmake --build "$WORK/build" -j"$(nproc)" --target ggml_proof >"$WORK/build.log" 2>&1 \
-  || { tail -50 "$WORK/build.log" >&2; exit 1; }
+ggml_build "$ROOT/capi/tests/ggml" "$WORK/build" ggml_proof "$(nproc)"
 echo "ggml proof: ggml and the proof built in $(( $(date +%s) - start ))s"
 
 echo "== ggml proof: run"

@@ -34,10 +34,9 @@ memory. The modes (--modes, in this order by default):
 
 and, on request, mmap-sequential (MADV_SEQUENTIAL, no prefetch),
 mmap-populate (read and map every page before returning, as llama.cpp),
-stream-buffered (through the page cache), stream-direct (O_DIRECT),
-stream-huge (stream into transparent huge pages, --huge-pages: the default
-now, kept for scripts) and stream-small (owned buffers in base pages,
---no-huge-pages).
+stream-buffered (through the page cache), stream-direct (O_DIRECT) and
+stream-small (owned buffers in base pages, --no-huge-pages; stream's owned
+buffers are in transparent huge pages).
 
 Runs are interleaved (mmap, mmap-random, ..., mmap, ...) so that drift
 affects all alike; warmup iterations are run the same way and discarded.
@@ -105,8 +104,6 @@ pub enum Kind {
     StreamBuffered,
     /// Streamed, always with O_DIRECT.
     StreamDirect,
-    /// Streamed into a buffer advised MADV_HUGEPAGE (the default now).
-    StreamHuge,
     /// Streamed into a buffer in base pages (`--no-huge-pages`).
     StreamSmall,
     /// One read() of each whole file of the model, then the touch.
@@ -124,7 +121,6 @@ impl Kind {
             Kind::Stream => "stream",
             Kind::StreamBuffered => "stream-buffered",
             Kind::StreamDirect => "stream-direct",
-            Kind::StreamHuge => "stream-huge",
             Kind::StreamSmall => "stream-small",
             Kind::Baseline => "baseline",
         }
@@ -136,7 +132,6 @@ impl Kind {
             Kind::Stream
                 | Kind::StreamBuffered
                 | Kind::StreamDirect
-                | Kind::StreamHuge
                 | Kind::StreamSmall
                 | Kind::Baseline
         )
@@ -158,7 +153,6 @@ impl Kind {
             Kind::Stream => mode("stream", &[]),
             Kind::StreamBuffered => mode("stream", &["--direct-io", "off"]),
             Kind::StreamDirect => mode("stream", &["--direct-io", "on"]),
-            Kind::StreamHuge => mode("stream", &["--huge-pages"]),
             Kind::StreamSmall => mode("stream", &["--no-huge-pages"]),
         };
         v.push("--json".into());

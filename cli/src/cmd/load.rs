@@ -76,12 +76,8 @@ pub struct Args {
     /// of refusing them (exit 1, "... over the memory budget ...").
     #[arg(long)]
     ignore_budget: bool,
-    /// Transparent huge pages (MADV_HUGEPAGE, huge-page aligned) for the
-    /// owned buffers copied tensors go to: the default since 0.2; the flag
-    /// is kept for scripts that pass it.
-    #[arg(long, conflicts_with = "no_huge_pages")]
-    huge_pages: bool,
-    /// Owned buffers in base pages, not transparent huge pages.
+    /// Owned buffers in base pages, not transparent huge pages (the
+    /// default: MADV_HUGEPAGE, huge-page aligned).
     #[arg(long)]
     no_huge_pages: bool,
     /// Once the prefetch has mapped the region, drop and read again what
@@ -383,6 +379,7 @@ pub fn run(a: &Args) -> CliResult {
             "prefetch_kind": r.prefetch.name(),
             "prefetched_bytes": prefetched,
             "prefetch_reread_bytes": reread,
+            "reread_small_folios": r.reread.to_string(),
             "random_access_tensors": r.random_access_tensors,
             "shards": r.shards.len().max(1),
             "shard_files": r.shards.iter().map(|sh| json!({
@@ -531,6 +528,7 @@ pub fn run(a: &Args) -> CliResult {
                     "small folios:".into(),
                     super::small_folios_text(&huge, reread),
                 ],
+                vec!["re-read of small folios:".into(), r.reread.to_string()],
             ],
             2,
             "",

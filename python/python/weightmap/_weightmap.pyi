@@ -48,7 +48,13 @@ class Weights:
     def report(self) -> Dict[str, Any]:
         """format, mode_requested, mode_used, fallback, fallback_detail,
         tensors_count, tensors_mapped, tensors_copied, bytes_mapped,
-        bytes_copied, file_len, shards, budget_bytes, budget_source."""
+        bytes_copied, file_len, shards, budget_bytes, budget_source,
+        reread_small_folios ("off", "on", or "refused: <why>")."""
+    def huge_pages(self) -> Dict[str, Optional[int]]:
+        """Bytes of the tensors in huge pages, measured now: mapped_bytes,
+        mapped_resident, mapped_huge, mapped_huge_capacity, mapped_small,
+        owned_bytes, owned_huge (None where this platform cannot tell), and
+        reread_bytes (what the prefetch re-read)."""
     def close(self) -> None: ...
     def __enter__(self) -> "Weights": ...
     def __exit__(
@@ -59,11 +65,17 @@ class Weights:
     ) -> bool: ...
 
 def open(
-    path: Union[str, "os.PathLike[str]"], mode: Literal["mmap", "stream"] = "mmap"
+    path: Union[str, "os.PathLike[str]"],
+    mode: Literal["mmap", "stream"] = "mmap",
+    *,
+    huge_pages: bool = True,
+    reread_small_folios: bool = False,
 ) -> Weights:
     """Open a GGUF or safetensors model (a file, any shard of a split GGUF, a
     *.safetensors.index.json, or a directory). In mmap mode the files must
-    not change while the handle or any array from it lives."""
+    not change while the handle or any array from it lives. huge_pages=False
+    puts owned buffers in base pages; reread_small_folios=True re-reads what
+    the page cache held in small folios once the prefetch has mapped it."""
 
 Framework = Literal["np", "numpy", "pt", "torch", "pytorch"]
 
@@ -95,7 +107,16 @@ class safe_open:
         framework: Framework,
         device: Any = "cpu",
         backend: Literal["mmap", "pread"] = "mmap",
-    ) -> None: ...
+        *,
+        huge_pages: bool = True,
+        reread_small_folios: bool = False,
+    ) -> None:
+        """huge_pages and reread_small_folios as for `open`, where weightmap
+        loads the file (framework "np", or backend "pread"); ValueError if
+        set otherwise for framework "pt" with backend "mmap"."""
+    def huge_pages(self) -> Dict[str, Optional[int]]:
+        """As `Weights.huge_pages`; ValueError for framework "pt" with
+        backend "mmap"."""
     def keys(self) -> List[str]:
         """Tensor names, sorted (as safetensors)."""
     def offset_keys(self) -> List[str]:

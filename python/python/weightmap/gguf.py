@@ -24,7 +24,11 @@
 This module needs the ``gguf`` package (gguf-py) for the types it answers
 with (``GGUFValueType``, ``GGMLQuantizationType``, ``ReaderField``,
 ``ReaderTensor``). Only little-endian files (all weightmap reads) are
-supported. The file must not be modified or truncated while the reader or
+supported. Repeated keys raise gguf-py's ``KeyError("Duplicate KEY already
+in list at offset N")``, a file key named as one of gguf-py's three header
+fields (``GGUF.version``, ``GGUF.tensor_count``, ``GGUF.kv_count``) too;
+where a file has both, the repeat is named even when the other comes first
+(gguf-py names the first). The file must not be modified or truncated while the reader or
 an array from it lives.
 """
 
@@ -126,12 +130,14 @@ class GGUFReader:
         specs["GGUF.version"] = ("header", 4, np.uint32)
         specs["GGUF.tensor_count"] = ("header", 8, np.uint64)
         specs["GGUF.kv_count"] = ("header", 16, np.uint64)
-        end = 24
         for key, offset, vtype, vstart, vend, elem, count in layout.kvs():
+            # A key equal to one before it: gguf-py 0.19's `_push_field`
+            # raises this. weightmap's header refuses repeated keys in the
+            # file (_GgufLayout raises the same KeyError); a file key can
+            # still meet one of the three above.
             if key in specs:
                 raise KeyError(f"Duplicate {key} already in list at offset {offset}")
             specs[key] = ("kv", offset, vtype, vstart, vend, elem, count)
-            end = vend
         self.fields = _LazyFields(self, specs)
         align = specs.get("general.alignment")
         if align is not None:
@@ -140,17 +146,10 @@ class GGUFReader:
                 raise ValueError("Bad type for general.alignment field")
             self.alignment = f.parts[-1][0]
         self.data_offset = int(layout.data_offset)
-        # Tensor descriptors follow the key/values, one after another.
-        tensors: List[ReaderTensor] = []
-        offs = end
-        for name, ggml_type, rel_offset, _nbytes in layout.tensors():
-            field = self._tensor_field(offs)
-            offs += sum(int(p.nbytes) for p in field.parts)
-            _name_len, name_data, _n_dims, dims, raw_dtype, offset_tensor = field.parts
-            if field.name != name or int(raw_dtype[0]) != ggml_type or int(offset_tensor[0]) != rel_offset:
-                raise ValueError(f"tensor {name!r}: the descriptor does not match weightmap's header")
-            tensors.append(self._tensor(field))
-        self.tensors = tensors
+        self.tensors: List[ReaderTensor] = [
+            self._tensor(self._tensor_field(name, at, n_dims))
+            for name, _type, _offset, _nbytes, at, n_dims in layout.tensors()
+        ]
 
     # Fetch a key/value metadata field by key.
     def get_field(self, key: str) -> Optional[ReaderField]:
@@ -211,19 +210,23 @@ class GGUFReader:
             idxs = list(range(first, first + count))
         return ReaderField(offset, key, parts, idxs, types)
 
-    def _tensor_field(self, offs: int) -> ReaderField:
-        name_len = self._get(offs, np.uint64)
-        name_data = self._get(offs + 8, np.uint8, name_len[0])
-        o = offs + 8 + int(name_len[0])
-        n_dims = self._get(o, np.uint32)
-        dims = self._get(o + 4, np.uint64, n_dims[0])
-        o += 4 + int(dims.nbytes)
-        raw_dtype = self._get(o, np.uint32)
-        offset_tensor = self._get(o + 4, np.uint64)
+    def _tensor_field(self, name: str, at: int, n_dims: int) -> ReaderField:
+        """The descriptor of tensor ``name`` at ``at`` with ``n_dims``
+        dimensions, as weightmap's header placed it: its parts as views of
+        the file, as gguf-py gives them."""
+        name_end = at + 8 + len(name.encode("utf-8"))
+        dims_end = name_end + 4 + 8 * n_dims
         return ReaderField(
-            offs,
-            str(bytes(name_data), encoding="utf-8"),
-            [name_len, name_data, n_dims, dims, raw_dtype, offset_tensor],
+            at,
+            name,
+            [
+                self._get(at, np.uint64),
+                self._get(at + 8, np.uint8, name_end - at - 8),
+                self._get(name_end, np.uint32),
+                self._get(name_end + 4, np.uint64, n_dims),
+                self._get(dims_end, np.uint32),
+                self._get(dims_end + 4, np.uint64),
+            ],
             [1, 3, 4, 5],
         )
 
@@ -278,7 +281,11 @@ def dequantize(data: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
     if qtype not in _GGUF_PY_DEQUANT:
         raise NotImplementedError(f"Dequantization for {qtype.name} is not yet implemented")
     shape = quant_shape_from_byte_shape(data.shape, qtype)
-    return _dequantize(data, int(qtype)).reshape(shape)
+    # Read in place; a strided array is made contiguous first (a copy).
+    raw = np.ascontiguousarray(data)
+    if raw.dtype != np.uint8:
+        raw = raw.view(np.uint8)
+    return _dequantize(raw, int(qtype)).reshape(shape)
 
 
 _saved: Optional[Dict[str, Any]] = None
@@ -295,8 +302,9 @@ def patch(cache: Union[bool, str, "os.PathLike[str]"] = False) -> None:
     architecture and block count: transformers asks for it once per
     parameter it loads (313 times for gemma-3-270m), and gguf-py builds a
     new ``TensorNameMap`` each time, which is about a quarter of a patched
-    ``from_pretrained``. The map is only read by its callers; one that
-    changes it would change it for the next caller too.
+    ``from_pretrained``. Each call still returns a ``TensorNameMap`` of its
+    own, its ``mapping`` a copy of the one built: a caller that changes it
+    changes nobody else's.
 
     ``cache=True`` (or a directory) also caches transformers' converted
     checkpoint (``load_gguf_checkpoint``: config, tokenizer and tensors) in
@@ -306,7 +314,6 @@ def patch(cache: Union[bool, str, "os.PathLike[str]"] = False) -> None:
     Each ``patch()`` sets the cache as it asks: ``patch()`` alone leaves
     transformers' loader uncached."""
     global _saved
-    import functools
 
     _set_cache(cache)
 
@@ -328,9 +335,30 @@ def patch(cache: Union[bool, str, "os.PathLike[str]"] = False) -> None:
     gguf.gguf_reader.GGUFReader = GGUFReader
     _gguf.dequantize = dequantize
     gguf.quants.dequantize = dequantize
-    name_map = functools.lru_cache(maxsize=None)(_saved["get_tensor_name_map"])
+    name_map = _tensor_name_maps_built_once(_saved["get_tensor_name_map"])
     _gguf.get_tensor_name_map = name_map
     gguf.tensor_mapping.get_tensor_name_map = name_map
+
+
+def _tensor_name_maps_built_once(build: Any) -> Any:
+    """``build`` (gguf-py's ``get_tensor_name_map``) run once per
+    architecture and block count; each call gets a new object whose dict
+    attributes (``mapping``: name -> (tensor, name), immutable values) are
+    copies of the first build's, which no caller ever sees."""
+    import functools
+
+    built: Dict[Tuple[Any, int], Any] = {}
+
+    @functools.wraps(build)
+    def get_tensor_name_map(arch: Any, n_blocks: int) -> Any:
+        first = built.get((arch, n_blocks))
+        if first is None:
+            first = built[(arch, n_blocks)] = build(arch, n_blocks)
+        fresh = object.__new__(type(first))
+        fresh.__dict__.update({k: dict(v) if isinstance(v, dict) else v for k, v in vars(first).items()})
+        return fresh
+
+    return get_tensor_name_map
 
 
 def unpatch() -> None:
