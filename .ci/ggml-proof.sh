@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # CI step: the ggml proof (capi/tests/ggml/run.sh), that ggml computes the
-# same results on tensors placed by weightmap's C ABI as on its own. Installs
+# same results on tensors placed by weightmap's C ABI as on its own, and on
+# tensors a transform cache entry holds (wm_cache_load, filled then hit) as
+# on the same transform done in memory, with RssAnon ≈ 0 for the entry. Installs
 # cmake and a C/C++ compiler with apt-get when they are missing. Exits 0
 # with a SKIPPED line only when the pinned llama.cpp sources cannot be
 # downloaded; nonzero on a mismatch.
