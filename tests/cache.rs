@@ -186,6 +186,7 @@ fn a_cache_pointed_at_a_folder_of_models_never_touches_them() {
     fs::copy(&model, &other).unwrap();
     let c = load(&cache, &model);
     assert_eq!(c.report().outcome, CacheOutcome::Filled);
+    drop(c);
     assert_eq!(cache.entries().unwrap().len(), 1);
     let cleared = cache.clear().unwrap();
     assert_eq!(cleared.removed.len(), 1, "{cleared:?}");
@@ -245,6 +246,9 @@ fn a_corrupted_entry_is_found_and_rebuilt() {
     assert_eq!(c.report().outcome, CacheOutcome::Filled);
     assert!(c.report().replaced.is_some(), "{}", c.report());
     assert_transformed(c.weights(), &model);
+    // Unmapped before the file is replaced (Windows refuses to replace a
+    // mapped file).
+    drop(c);
     // In a tensor's first bytes: the sample checksum catches it.
     flip_byte(&entry, tensor_offset(&entry, "b.weight") + 5);
     let c = load(&cache, &model);
@@ -255,6 +259,7 @@ fn a_corrupted_entry_is_found_and_rebuilt() {
         c.report()
     );
     assert_transformed(c.weights(), &model);
+    drop(c);
     // Truncated: the loader's own bounds check.
     let len = fs::metadata(&entry).unwrap().len();
     let bytes = fs::read(&entry).unwrap();
@@ -459,7 +464,7 @@ fn prune_removes_the_least_recently_used_first() {
         write_model(&m, i);
         let e = entry_of(&load(&cache, &m));
         // Distinct, ordered use times.
-        let f = fs::File::open(&e).unwrap();
+        let f = fs::File::options().write(true).open(&e).unwrap();
         f.set_modified(SystemTime::now() - Duration::from_secs(100 - u64::from(i) * 10))
             .unwrap();
         entries.push(e);

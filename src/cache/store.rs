@@ -127,7 +127,10 @@ pub(crate) unsafe fn open_written(
 /// pruning the least recently used first. Best effort: a read-only cache
 /// is still read.
 pub(crate) fn touch(path: &Path) {
-    if let Ok(f) = File::open(path) {
+    // Windows sets a file's times only through a handle that may write
+    // them; Unix through any handle of the owner's.
+    let file = OpenOptions::new().write(true).open(path).or_else(|_| File::open(path));
+    if let Ok(f) = file {
         let _ = f.set_modified(SystemTime::now());
     }
 }
