@@ -280,6 +280,15 @@ pub(crate) fn verify(weights: &Weights) -> Result<(), Problem> {
     Ok(())
 }
 
+/// Whether the file at `path` is an entry whose key is `key` (its header
+/// alone is read).
+pub(crate) fn has_key(path: &std::path::Path, key: &str) -> bool {
+    crate::format::Header::read(path).is_ok_and(|h| {
+        h.gguf_metadata()
+            .is_some_and(|md| md.get_str(KEY).is_ok_and(|k| k == key))
+    })
+}
+
 /// What `cache ls` shows of an entry, read from its header alone.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
