@@ -167,7 +167,7 @@ fn ls_lists_an_entry_and_verify_names_a_flipped_byte() {
         .file_offset
         + (BIG * 4 / 2) as u64;
     flip_byte(&entry, at);
-    let bad = cache("verify", &dir, &[], 1);
+    let bad = cache("verify", &dir, &["--keep-bad"], 1);
     let text = stdout(&bad);
     let line = text.lines().find(|l| l.starts_with("BAD")).unwrap();
     assert!(line.contains(name(&entry)), "{line}");
@@ -184,11 +184,18 @@ fn ls_lists_an_entry_and_verify_names_a_flipped_byte() {
         "{err}"
     );
 
+    assert!(entry.exists(), "--keep-bad removed it");
+
+    // Without --keep-bad the bad entry goes, and the next load rebuilds it.
     let verdicts = json(&cache("verify", &dir, &["--json"], 1));
     let v = &verdicts[0];
     assert_eq!(v["path"], entry.to_str().unwrap());
     assert_eq!(v["ok"], false);
+    assert_eq!(v["removed"], true);
     assert!(v["error"].as_str().unwrap().contains("big.weight"), "{v}");
+    assert!(!entry.exists());
+    assert_eq!(fill(&dir, &model), entry);
+    assert!(stdout(&cache("verify", &dir, &[], 0)).contains("1 entry: 1 ok, 0 bad"));
 }
 
 #[test]

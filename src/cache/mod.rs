@@ -338,6 +338,23 @@ impl Cache {
         Ok(out)
     }
 
+    /// Remove the entry at `path` (one [`Cache::entries`] or
+    /// [`Cache::verify`] named), so that the next load of its source
+    /// rebuilds it.
+    ///
+    /// # Errors
+    /// [`crate::Error::Io`] when it cannot be removed; `NotFound` when
+    /// `path` is not an entry of this cache (nothing else is ever removed).
+    pub fn remove(&self, path: &Path) -> Result<()> {
+        let ours =
+            self.dir().is_some_and(|d| path.parent() == Some(d)) && store::is_entry_path(path);
+        if !ours {
+            let e = std::io::Error::new(std::io::ErrorKind::NotFound, "not an entry of this cache");
+            return Err(crate::Error::io("remove", path, e));
+        }
+        std::fs::remove_file(path).map_err(|e| crate::Error::io("remove", path, e))
+    }
+
     /// Remove the entries whose source changed or is gone, then the least
     /// recently used until at most `max_size` bytes remain, and the
     /// temporary files of fills that were killed.

@@ -288,6 +288,11 @@ fn is_entry_name(name: &str) -> bool {
         .is_some_and(is_key_hash)
 }
 
+/// Whether `path`'s file name is an entry's.
+pub(crate) fn is_entry_path(path: &Path) -> bool {
+    is_entry_name(&file_name(path))
+}
+
 /// Whether `name` is a fill's temporary file: `.tmp-`, a key's hash, `-`.
 fn is_temp_name(name: &str) -> bool {
     name.strip_prefix(TMP_PREFIX)

@@ -70,14 +70,16 @@ const VERIFY_ABOUT: &str = "\
 Check every byte of every entry against the checksums stored in it (the
 header's and each tensor's), and print each entry with \"ok\" or what is
 wrong (naming the tensor). Exit status 1, with one error line naming the
-bad entries, if any is bad. A load checks only the header and a few KiB of
-each tensor; this reads everything.
+bad entries, if any is bad. A bad entry is removed (unless --keep-bad), so
+that the next load of its source rebuilds it. A load checks only the
+header and a few KiB of each tensor; this reads everything.
 
 --json prints an array with one object per entry:
-  path   the entry's file
-  key    its key (the file name without .gguf)
-  ok     true when every check passed
-  error  what is wrong, or null";
+  path     the entry's file
+  key      its key (the file name without .gguf)
+  ok       true when every check passed
+  error    what is wrong, or null
+  removed  true when the bad entry was removed";
 
 const PRUNE_ABOUT: &str = "\
 Remove the entries whose source changed or is gone and those that cannot
@@ -125,6 +127,10 @@ struct VerifyArgs {
     /// Print a JSON array instead of text (fields: see --help).
     #[arg(long)]
     json: bool,
+    /// Leave bad entries in place (by default they are removed, so that the
+    /// next load of their source rebuilds them).
+    #[arg(long)]
+    keep_bad: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -363,22 +369,39 @@ fn verify(a: &VerifyArgs) -> CliResult {
         .iter()
         .filter_map(|(p, v)| v.as_ref().err().map(|e| (p, e)))
         .collect();
+    // A bad entry is removed, so that the next load rebuilds it; one that
+    // cannot be removed says why.
+    let removal = |path: &PathBuf| -> Option<Result<(), String>> {
+        let bad = verdicts.iter().any(|(p, v)| p == path && v.is_err());
+        (bad && !a.keep_bad).then(|| cache.remove(path).map_err(|e| e.to_string()))
+    };
+    let removed: Vec<Option<Result<(), String>>> =
+        verdicts.iter().map(|(p, _)| removal(p)).collect();
     let out = if a.json {
-        let list = verdicts.iter().map(|(path, verdict)| {
-            json!({
-                "path": path.to_string_lossy(),
-                "key": key_of(path),
-                "ok": verdict.is_ok(),
-                "error": verdict.as_ref().err(),
-            })
-        });
+        let list = verdicts
+            .iter()
+            .zip(&removed)
+            .map(|((path, verdict), removed)| {
+                json!({
+                    "path": path.to_string_lossy(),
+                    "key": key_of(path),
+                    "ok": verdict.is_ok(),
+                    "error": verdict.as_ref().err(),
+                    "removed": matches!(removed, Some(Ok(()))),
+                })
+            });
         json_text(&Json::Array(list.collect()))
     } else {
         let mut out = String::new();
-        for (path, verdict) in &verdicts {
+        for ((path, verdict), removed) in verdicts.iter().zip(&removed) {
+            let fate = match removed {
+                Some(Ok(())) => "; removed (the next load rebuilds it)".to_owned(),
+                Some(Err(e)) => format!("; could not be removed: {}", escape(e)),
+                None => String::new(),
+            };
             let line = match verdict {
                 Ok(()) => format!("ok   {}\n", file_name(path)),
-                Err(e) => format!("BAD  {}: {}\n", file_name(path), escape(e)),
+                Err(e) => format!("BAD  {}: {}{fate}\n", file_name(path), escape(e)),
             };
             out.push_str(&line);
         }
