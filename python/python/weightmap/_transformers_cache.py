@@ -160,10 +160,15 @@ def _cached_call(original, cache_dir, facts, path, return_tensors, model_to_load
         "entry": None,
         "replaced": None,
         "seconds": 0.0,
+        "convert_seconds": None,
+        "write_seconds": None,
     }
 
     def run_original():
-        return original(path, return_tensors=return_tensors, model_to_load=model_to_load, torch_dtype=torch_dtype)
+        t = time.perf_counter()
+        result = original(path, return_tensors=return_tensors, model_to_load=model_to_load, torch_dtype=torch_dtype)
+        report["convert_seconds"] = time.perf_counter() - t
+        return result
 
     def done(result, **fields):
         report.update(fields)
@@ -198,10 +203,12 @@ def _cached_call(original, cache_dir, facts, path, return_tensors, model_to_load
         if problem is not None:
             return done(result, reason="unsupported_tensor", message=problem)
     text = json.dumps(rest, allow_nan=False, separators=(",", ":"))
+    t = time.perf_counter()
     try:
         written = found["miss"].write(arrays, {_RESULT_KEY: text})
     except Exception as e:  # a tensor the binding refuses, or the fill failed
         return done(result, reason="write_failed", message=f"{type(e).__name__}: {e}")
+    report["write_seconds"] = time.perf_counter() - t
     if written["outcome"] != "filled":
         return done(result, reason=written["reason"], message=written["message"])
     entry = os.fspath(written["entry"])

@@ -398,8 +398,9 @@ def cache_reports() -> List[Dict[str, Any]]:
     ``patch(cache=...)``: dicts of ``call`` ("config" or "tensors"),
     ``source``, ``outcome`` ("hit", "filled" or "in_memory"), ``reason``
     and ``message`` (why in memory), ``entry`` (the entry's path),
-    ``replaced`` (why an entry that was there was not used) and
-    ``seconds``. Each is also logged on the "weightmap" logger at INFO."""
+    ``replaced`` (why an entry that was there was not used), ``seconds``
+    (the whole call), ``convert_seconds`` (transformers' own conversion, on
+    a miss) and ``write_seconds`` (the entry's write). Each is also logged on the "weightmap" logger at INFO."""
     from ._transformers_cache import reports
 
     return reports()
