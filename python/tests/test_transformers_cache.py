@@ -3,9 +3,9 @@ in weightmap's transform cache, and the binding under it
 (weightmap._weightmap._cache_lookup and _CacheMiss.write).
 
 The binding's tests need numpy only. The transformers tests need torch,
-transformers and the models `weightmap gen` makes (WEIGHTMAP_GEN_MODELS, as
-test_transformers_gguf.py); each load that must be a fresh process (the
-second run of a cache, a run after a corruption) is a subprocess.
+transformers and the models `weightmap gen` makes (_transformers_env.py);
+each load that must be a fresh process (the second run of a cache, a run
+after a corruption) is a subprocess.
 """
 
 import json
@@ -17,6 +17,8 @@ import sys
 
 import numpy as np
 import pytest
+
+from _transformers_env import MODELS, needs_transformers, torch
 
 import weightmap
 import weightmap.numpy
@@ -166,21 +168,6 @@ def test_binding_source_rewritten_in_place_is_not_served(source, tmp_path):
 
 
 # --- transformers -----------------------------------------------------------
-
-REQUIRE = os.environ.get("WEIGHTMAP_REQUIRE_TRANSFORMERS") == "1"
-MODELS = os.environ.get("WEIGHTMAP_GEN_MODELS")
-try:
-    import torch
-    import transformers
-except ImportError:  # pragma: no cover - CI installs them
-    if REQUIRE:
-        raise
-    transformers = None
-
-needs_transformers = pytest.mark.skipif(
-    not REQUIRE and (transformers is None or not MODELS),
-    reason="transformers or WEIGHTMAP_GEN_MODELS (models `weightmap gen` made) missing",
-)
 
 # One load in a fresh interpreter: argv = mode ("plain" or "cache"), the
 # model's directory. Prints a JSON line: every parameter's SHA-256, the

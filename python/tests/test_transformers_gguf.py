@@ -2,40 +2,24 @@
 gives the parameters gguf-py's path gives, bit for bit, on models
 `weightmap gen` makes (llama and gemma3 shapes).
 
-.ci/python.sh makes the models and names their directory in
-WEIGHTMAP_GEN_MODELS (holding llama/model.gguf and gemma3/model.gguf), and
-sets WEIGHTMAP_REQUIRE_TRANSFORMERS=1: these tests then fail, rather than
-skip, when transformers or the models are missing.
+The tests skip, or with WEIGHTMAP_REQUIRE_TRANSFORMERS=1 fail, without
+transformers or the models (_transformers_env.py).
 """
 
-import os
 import pathlib
 
-import pytest
-
-REQUIRE = os.environ.get("WEIGHTMAP_REQUIRE_TRANSFORMERS") == "1"
-MODELS = os.environ.get("WEIGHTMAP_GEN_MODELS")
-
-try:
-    import torch
-    import transformers
-    from transformers import AutoModelForCausalLM
-except ImportError:  # pragma: no cover - CI installs them
-    if REQUIRE:
-        raise
-    transformers = None
-
 import gguf
+import pytest
+from _transformers_env import MODELS, needs_transformers, torch
 
 import weightmap.gguf as wg
 
-pytestmark = pytest.mark.skipif(
-    not REQUIRE and (transformers is None or not MODELS),
-    reason="transformers or WEIGHTMAP_GEN_MODELS (models `weightmap gen` made) missing",
-)
+pytestmark = needs_transformers
 
 
 def _load(directory):
+    from transformers import AutoModelForCausalLM
+
     m = AutoModelForCausalLM.from_pretrained(str(directory), gguf_file="model.gguf")
     return {k: v.detach().clone() for k, v in m.state_dict().items()}
 
