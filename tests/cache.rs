@@ -14,8 +14,8 @@ use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use weightmap::cache::{
-    Cache, CacheBypass, CacheOutcome, EntryContents, Lookup, PlannedTensor, Transform, TransformId,
-    Written,
+    Cache, CacheBypass, CacheOutcome, EntryContents, Lookup, PlannedTensor, Prepared, Transform,
+    TransformId, Written,
 };
 use weightmap::{gguf::Writer, Error, LoadMode, LoadOptions, TensorType, Weights};
 
@@ -566,6 +566,71 @@ fn write_says_where_the_entry_is_or_why_there_is_none() {
         miss.write(&mut contents).unwrap(),
         Written::Bypassed(_)
     ));
+}
+
+#[test]
+fn a_prepared_entry_is_mapped_at_once_and_found_only_once_committed() {
+    let (_dir, model, cache) = setup();
+    let id = TransformId::new("state-dict", 1);
+    let opts = LoadOptions::default();
+    // SAFETY: nothing changes the files.
+    let lookup = unsafe { cache.lookup(&model, &id, &opts) }.unwrap();
+    let Lookup::Miss(miss) = lookup else {
+        panic!("an empty cache hit");
+    };
+    let Prepared::Entry(pending) = miss.prepare(&mut StateDict { calls: 0 }).unwrap() else {
+        panic!("not prepared");
+    };
+    // Mapped before the commit: the entry's bytes, under the temporary name.
+    // SAFETY: nothing changes the file.
+    let early = unsafe { Weights::load(pending.path(), &opts) }.unwrap();
+    assert_eq!(
+        early.tensor("x").unwrap().view::<f32>().unwrap(),
+        &[1.0, 2.0, 3.0]
+    );
+    // SAFETY: as above.
+    let before = unsafe { cache.lookup(&model, &id, &opts) }.unwrap();
+    assert!(matches!(before, Lookup::Miss(_)), "found before the commit");
+    // Windows may refuse to rename a file this process maps.
+    let early = if cfg!(windows) {
+        drop(early);
+        None
+    } else {
+        Some(early)
+    };
+    let committed = std::thread::spawn(move || pending.commit()).join().unwrap();
+    let Written::Entry(path) = committed else {
+        panic!("{committed:?}");
+    };
+    // The early mapping still holds the same bytes, now under the entry's
+    // name, which a lookup finds.
+    if let Some(early) = early {
+        assert_eq!(
+            early.tensor("x").unwrap().view::<f32>().unwrap(),
+            &[1.0, 2.0, 3.0]
+        );
+    }
+    // SAFETY: as above.
+    match unsafe { cache.lookup(&model, &id, &opts) }.unwrap() {
+        Lookup::Hit(c) => assert_eq!(c.report().entry.as_deref(), Some(path.as_path())),
+        Lookup::Miss(_) => panic!("not found after the commit"),
+    }
+}
+
+#[test]
+fn a_prepared_entry_dropped_uncommitted_leaves_nothing() {
+    let (_dir, model, cache) = setup();
+    let id = TransformId::new("state-dict", 1);
+    let opts = LoadOptions::default();
+    // SAFETY: nothing changes the files.
+    let lookup = unsafe { cache.lookup(&model, &id, &opts) }.unwrap();
+    let Lookup::Miss(miss) = lookup else {
+        panic!("hit");
+    };
+    let prepared = miss.prepare(&mut StateDict { calls: 0 }).unwrap();
+    assert!(matches!(prepared, Prepared::Entry(_)));
+    drop(prepared);
+    assert_eq!(fs::read_dir(cache.dir().unwrap()).unwrap().count(), 0);
 }
 
 /// The child of the tests below: fills the cache named in the environment

@@ -57,7 +57,7 @@ impl TransformId {
 
 /// A source file as a lookup sees it: its identity, its header, and the key
 /// of the entry that would hold `transform` of it.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct SourceKey {
     pub path: PathBuf,
     /// Every fact the key is made of, one `name=value` a line: stored in the

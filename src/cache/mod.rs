@@ -429,7 +429,11 @@ impl Miss {
         options: &LoadOptions,
     ) -> Result<Cached> {
         let layout = entry::Layout::plan(&self.key, &self.id, contents)?;
-        let (weights, outcome, entry) = match self.write_planned(&layout, contents)? {
+        let written = match self.prepare_planned(&layout, contents)? {
+            Prepared::Entry(pending) => pending.commit(),
+            Prepared::Bypassed(why) => Written::Bypassed(why),
+        };
+        let (weights, outcome, entry) = match written {
             Written::Entry(path) => {
                 // SAFETY: the caller's contract covers the cache's entries.
                 let weights = unsafe { store::open_written(&path, &self.key.text, options)? };
@@ -457,28 +461,102 @@ impl Miss {
     /// # Errors
     /// The contents' ([`crate::Error::Transform`]).
     pub fn write(&self, contents: &mut dyn EntryContents) -> Result<Written> {
-        let layout = entry::Layout::plan(&self.key, &self.id, contents)?;
-        self.write_planned(&layout, contents)
+        match self.prepare(contents)? {
+            Prepared::Entry(pending) => Ok(pending.commit()),
+            Prepared::Bypassed(why) => Ok(Written::Bypassed(why)),
+        }
     }
 
-    fn write_planned(
+    /// The first half of [`Miss::write`]: the entry's bytes written into a
+    /// temporary file in the cache, which may be mapped at once; the wait
+    /// for the disk (fsync) and the rename into place are
+    /// [`PendingEntry::commit`]'s, which a caller may run on another thread
+    /// while it uses the tensors. The bytes are copied out of `contents`
+    /// here, so what the caller does with its own copy afterwards changes
+    /// nothing of the entry.
+    ///
+    /// # Errors
+    /// The contents' ([`crate::Error::Transform`]).
+    pub fn prepare(&self, contents: &mut dyn EntryContents) -> Result<Prepared> {
+        let layout = entry::Layout::plan(&self.key, &self.id, contents)?;
+        self.prepare_planned(&layout, contents)
+    }
+
+    fn prepare_planned(
         &self,
         layout: &entry::Layout,
         contents: &mut dyn EntryContents,
-    ) -> Result<Written> {
+    ) -> Result<Prepared> {
         let dir = match &self.dir {
             Ok(dir) => dir,
-            Err(why) => return Ok(Written::Bypassed(why.clone())),
+            Err(why) => return Ok(Prepared::Bypassed(why.clone())),
         };
-        match store::write_entry(dir, &self.key, layout, contents) {
+        match store::fill_temp(dir, &self.key, layout, contents) {
+            Ok(filled) => Ok(Prepared::Entry(PendingEntry {
+                filled,
+                key: self.key.clone(),
+                dir: dir.clone(),
+                max_size: self.max_size,
+            })),
+            Err(store::Unwritten::Bypass(why)) => Ok(Prepared::Bypassed(why)),
+            Err(store::Unwritten::Failed(e)) => Err(e),
+        }
+    }
+}
+
+/// What [`Miss::prepare`] did.
+#[derive(Debug)]
+pub enum Prepared {
+    /// The entry's bytes are in a temporary file: map it, then commit it.
+    Entry(PendingEntry),
+    /// The cache could not take it: keep the contents in memory.
+    Bypassed(CacheBypass),
+}
+
+/// An entry whose bytes are written but not yet committed: neither known to
+/// be on the disk nor under its name, so no lookup finds it yet. Dropped
+/// without [`commit`](PendingEntry::commit), it is removed.
+pub struct PendingEntry {
+    filled: store::Filled,
+    key: SourceKey,
+    dir: PathBuf,
+    max_size: u64,
+}
+
+impl std::fmt::Debug for PendingEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingEntry")
+            .field("path", &self.path())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PendingEntry {
+    /// The temporary file holding the entry's bytes. A mapping of it made
+    /// now stays valid, and the same bytes, after the commit renames it.
+    pub fn path(&self) -> &Path {
+        self.filled.path()
+    }
+
+    /// Wait for the bytes to reach the disk, check that the source did not
+    /// change meanwhile, and rename the file into place (then prune the
+    /// cache to its limit). [`Written::Bypassed`] when any of it fails:
+    /// the temporary file is then removed, and whoever maps it keeps its
+    /// bytes.
+    pub fn commit(self) -> Written {
+        match store::commit(self.filled, &self.dir, &self.key) {
             Ok(path) => {
                 // Pruning is housekeeping: a failure leaves the cache
                 // larger, never wrong.
-                let _ = store::prune(dir, self.max_size, Some(&path));
-                Ok(Written::Entry(path))
+                let _ = store::prune(&self.dir, self.max_size, Some(&path));
+                Written::Entry(path)
             }
-            Err(store::Unwritten::Bypass(why)) => Ok(Written::Bypassed(why)),
-            Err(store::Unwritten::Failed(e)) => Err(e),
+            Err(store::Unwritten::Bypass(why)) => Written::Bypassed(why),
+            Err(store::Unwritten::Failed(e)) => Written::Bypassed(CacheBypass::Io {
+                dir: self.dir,
+                op: "commit",
+                error: e.to_string(),
+            }),
         }
     }
 }

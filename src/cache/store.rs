@@ -160,16 +160,31 @@ impl Drop for TempFile {
     }
 }
 
-/// Write the entry `layout` describes into `dir`: a new temporary file,
-/// locked, its blocks allocated, filled through a shared mapping, flushed
-/// and fsynced, then renamed over the entry's name and the directory
-/// fsynced. Returns the entry's path.
-pub(crate) fn write_entry(
+/// A fill's temporary file, written whole, its bytes not yet known to be
+/// on the disk nor renamed into place. Dropped, it is removed.
+pub(crate) struct Filled {
+    tmp: TempFile,
+    file: File,
+    len: u64,
+}
+
+impl Filled {
+    /// The temporary file: its bytes are the entry's, and stay so once it
+    /// is renamed (a mapping of it now is a mapping of the entry).
+    pub(crate) fn path(&self) -> &Path {
+        &self.tmp.path
+    }
+}
+
+/// Write the entry `layout` describes into a new temporary file in `dir`:
+/// created, locked, its blocks allocated, filled through a shared mapping
+/// whose writes are then started towards the disk. [`commit`] finishes.
+pub(crate) fn fill_temp(
     dir: &Path,
     key: &SourceKey,
     layout: &Layout,
     contents: &mut dyn EntryContents,
-) -> std::result::Result<PathBuf, Unwritten> {
+) -> std::result::Result<Filled, Unwritten> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let bypass = |op, e: &io::Error| Unwritten::Bypass(refusal(dir, op, e, layout.len));
     let name = format!(
@@ -178,7 +193,7 @@ pub(crate) fn write_entry(
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     );
-    let mut tmp = TempFile {
+    let tmp = TempFile {
         path: dir.join(name),
         keep: false,
     };
@@ -191,25 +206,39 @@ pub(crate) fn write_entry(
     // A held lock tells `prune` the file is a fill under way.
     let _ = try_lock(&file);
     allocate(&mut file, layout.len).map_err(|e| bypass("allocate", &e))?;
-    {
-        // SAFETY: the file was created just now under a name no other
-        // process uses, in a directory only this user can write (`usable`),
-        // and its blocks are allocated: nothing truncates it or writes it
-        // under the map, and a full disk cannot fault a write through it.
-        let mut map = unsafe { WritableMap::new(&file) }.map_err(|e| bypass("map", &e))?;
-        layout
-            .write(key, contents, map.bytes_mut())
-            .map_err(Unwritten::Failed)?;
-        map.flush().map_err(|e| bypass("flush", &e))?;
-    }
-    file.sync_all().map_err(|e| bypass("fsync", &e))?;
+    // SAFETY: the file was created just now under a name no other process
+    // uses, in a directory only this user can write (`usable`), and its
+    // blocks are allocated: nothing truncates it or writes it under the
+    // map, and a full disk cannot fault a write through it.
+    let mut map = unsafe { WritableMap::new(&file) }.map_err(|e| bypass("map", &e))?;
+    layout
+        .write(key, contents, map.bytes_mut())
+        .map_err(Unwritten::Failed)?;
+    map.start_flush().map_err(|e| bypass("flush", &e))?;
+    Ok(Filled {
+        tmp,
+        file,
+        len: layout.len,
+    })
+}
+
+/// Make `filled` the entry of `key` in `dir`: fsync it, check that the
+/// source did not change while it was made, rename it over the entry's
+/// name, and fsync the directory. Returns the entry's path.
+pub(crate) fn commit(
+    mut filled: Filled,
+    dir: &Path,
+    key: &SourceKey,
+) -> std::result::Result<PathBuf, Unwritten> {
+    let bypass = |op, e: &io::Error| Unwritten::Bypass(refusal(dir, op, e, filled.len));
+    filled.file.sync_all().map_err(|e| bypass("fsync", &e))?;
     if !key.still_current() {
         return Err(Unwritten::Bypass(CacheBypass::SourceChanged {
             path: key.path.clone(),
         }));
     }
     let path = entry_path(dir, &key.hash);
-    if let Err(e) = fs::rename(&tmp.path, &path) {
+    if let Err(e) = fs::rename(&filled.tmp.path, &path) {
         // Windows refuses to replace a file another process has mapped:
         // when that file is this key's entry, another fill won the race,
         // and its entry serves (the open that follows checks it).
@@ -219,7 +248,7 @@ pub(crate) fn write_entry(
             Err(bypass("rename", &e))
         };
     }
-    tmp.keep = true;
+    filled.tmp.keep = true;
     sync_dir(dir).map_err(|e| bypass("fsync", &e))?;
     Ok(path)
 }

@@ -66,8 +66,10 @@ impl WritableMap {
         &mut self.map
     }
 
-    /// Write every dirty page to the disk and wait for it.
-    pub(crate) fn flush(&self) -> io::Result<()> {
-        self.map.flush()
+    /// Start writing every dirty page to the disk, without waiting
+    /// (`msync(MS_ASYNC)`, `FlushViewOfFile`); an fsync of the file then
+    /// waits for them.
+    pub(crate) fn start_flush(&self) -> io::Result<()> {
+        self.map.flush_async()
     }
 }
