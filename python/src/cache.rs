@@ -21,7 +21,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use weightmap as wm;
-use wm::cache::{Cache, EntryContents, Lookup, Miss, PlannedTensor, TransformId, Written};
+use wm::cache::{
+    Cache, EntryContents, Lookup, Miss, PendingEntry, PlannedTensor, Prepared, TransformId, Written,
+};
 use wm::gguf::{OwnedValue, Value, ValueType};
 use wm::{LoadOptions, Prefetch, TensorType};
 
@@ -251,11 +253,19 @@ impl CacheMiss {
     /// cannot take the entry), `entry` (its path, or None), `reason` (why
     /// not: "read_only", "no_space", "unsafe_directory", ..., or None),
     /// `message`, `replaced`. Once only: a second call is a ValueError.
+    ///
+    /// With `commit=False` the bytes are copied into the entry's temporary
+    /// file and the call returns: `outcome` "pending", `entry` that file
+    /// (map it now: its bytes stay the entry's), and `pending`, whose
+    /// `commit()` waits for the disk and renames the file into place (and
+    /// returns a dict as above), with the GIL released, on any thread.
+    #[pyo3(signature = (tensors, metadata, commit = true))]
     fn write<'py>(
         &mut self,
         py: Python<'py>,
         tensors: &Bound<'py, PyList>,
         metadata: &Bound<'py, PyDict>,
+        commit: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let Some(miss) = self.miss.as_ref() else {
             return Err(PyValueError::new_err("this cache miss was already written"));
@@ -324,28 +334,30 @@ impl CacheMiss {
             let v: String = v.extract()?;
             contents.metadata.push((k, OwnedValue::String(v)));
         }
-        let written = py.allow_threads(|| miss.write(&mut contents));
+        let prepared = py.allow_threads(|| miss.prepare(&mut contents));
         drop(held);
-        let written = written.map_err(|e| to_py(py, e))?;
+        let prepared = prepared.map_err(|e| to_py(py, e))?;
         let replaced = miss.replaced().map(str::to_owned);
         self.miss = None;
-        let d = PyDict::new(py);
-        match written {
-            Written::Entry(path) => {
-                d.set_item("outcome", "filled")?;
-                d.set_item("entry", path)?;
+        let written = match prepared {
+            Prepared::Entry(pending) if !commit => {
+                let d = PyDict::new(py);
+                d.set_item("outcome", "pending")?;
+                d.set_item("entry", pending.path())?;
                 d.set_item("reason", py.None())?;
                 d.set_item("message", py.None())?;
+                d.set_item("replaced", replaced.clone())?;
+                let pending = CachePending {
+                    pending: Some(pending),
+                    replaced,
+                };
+                d.set_item("pending", Py::new(py, pending)?)?;
+                return Ok(d);
             }
-            Written::Bypassed(why) => {
-                d.set_item("outcome", "in_memory")?;
-                d.set_item("entry", py.None())?;
-                d.set_item("reason", why.name())?;
-                d.set_item("message", why.to_string())?;
-            }
-        }
-        d.set_item("replaced", replaced)?;
-        Ok(d)
+            Prepared::Entry(pending) => py.allow_threads(|| pending.commit()),
+            Prepared::Bypassed(why) => Written::Bypassed(why),
+        };
+        written_dict(py, written, replaced)
     }
 
     fn __repr__(&self) -> String {
@@ -356,9 +368,67 @@ impl CacheMiss {
     }
 }
 
+/// What `write` returns: `outcome`, `entry`, `reason`, `message`,
+/// `replaced`.
+fn written_dict(
+    py: Python<'_>,
+    written: Written,
+    replaced: Option<String>,
+) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    match written {
+        Written::Entry(path) => {
+            d.set_item("outcome", "filled")?;
+            d.set_item("entry", path)?;
+            d.set_item("reason", py.None())?;
+            d.set_item("message", py.None())?;
+        }
+        Written::Bypassed(why) => {
+            d.set_item("outcome", "in_memory")?;
+            d.set_item("entry", py.None())?;
+            d.set_item("reason", why.name())?;
+            d.set_item("message", why.to_string())?;
+        }
+    }
+    d.set_item("replaced", replaced)?;
+    Ok(d)
+}
+
+/// An entry written but not committed (`_CacheMiss.write(commit=False)`).
+/// Dropped uncommitted, its temporary file is removed (a mapping of it
+/// keeps its bytes).
+#[pyclass(module = "weightmap", name = "_CachePending")]
+struct CachePending {
+    /// `None` once committed.
+    pending: Option<PendingEntry>,
+    replaced: Option<String>,
+}
+
+#[pymethods]
+impl CachePending {
+    /// Wait for the entry's bytes to reach the disk and rename it into
+    /// place, with the GIL released: a dict as `_CacheMiss.write` returns.
+    /// Once only: a second call is a ValueError.
+    fn commit<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let Some(pending) = self.pending.take() else {
+            return Err(PyValueError::new_err("this entry was already committed"));
+        };
+        let written = py.allow_threads(|| pending.commit());
+        written_dict(py, written, self.replaced.clone())
+    }
+
+    fn __repr__(&self) -> String {
+        match &self.pending {
+            Some(p) => format!("<weightmap._CachePending {}>", p.path().display()),
+            None => "<weightmap._CachePending (committed)>".to_owned(),
+        }
+    }
+}
+
 /// Add the cache's functions and class to the module.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_cache_lookup, m)?)?;
     m.add_class::<CacheMiss>()?;
+    m.add_class::<CachePending>()?;
     Ok(())
 }

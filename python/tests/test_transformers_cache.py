@@ -96,6 +96,27 @@ def test_binding_round_trips_tensors_names_and_metadata(source, tmp_path):
     assert _lookup(source, cache, machine="avx2")["hit"] is None
 
 
+def test_binding_writes_now_and_commits_later(source, tmp_path):
+    cache = tmp_path / "cache"
+    found = _lookup(source, cache)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    written = found["miss"].write([("x", x)], {"k": "v"}, commit=False)
+    assert written["outcome"] == "pending", written
+    # The bytes are in the temporary file already: a change to the array
+    # now is not the entry's.
+    x[0, 0] = 99.0
+    early = weightmap.numpy.load_file(written["entry"])["t.0"]
+    assert early.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    assert _lookup(source, cache)["hit"] is None  # not in place before the commit
+    committed = written["pending"].commit()
+    assert committed["outcome"] == "filled", committed
+    with pytest.raises(ValueError, match="already committed"):
+        written["pending"].commit()
+    hit = _lookup(source, cache)
+    assert hit["hit"] == committed["entry"] and hit["metadata"] == {"k": "v"}
+    assert early.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]  # the same bytes, renamed
+
+
 @pytest.mark.parametrize(
     "items, error, match",
     [
@@ -182,6 +203,7 @@ mode, directory = sys.argv[1], sys.argv[2]
 if mode == "cache":
     wg.patch(cache=True)
 m = AutoModelForCausalLM.from_pretrained(directory, gguf_file="model.gguf")
+wg.cache_wait()
 params = dict(m.named_parameters())
 hashes = {k: hashlib.sha256(v.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
           for k, v in m.state_dict().items()}

@@ -30,6 +30,7 @@ import json
 import logging
 import math
 import os
+import threading
 import time
 import warnings
 from collections import deque
@@ -38,7 +39,7 @@ from typing import Any, Dict, List, Optional
 from ._weightmap import __version__ as _weightmap_version
 from ._weightmap import _cache_lookup
 
-__all__ = ["TESTED_TRANSFORMERS", "install", "uninstall", "reports"]
+__all__ = ["TESTED_TRANSFORMERS", "install", "uninstall", "reports", "wait"]
 
 # The transform's name and version in the entries' keys. Bump FORMAT when
 # what an entry holds, or how it is read back, changes.
@@ -61,6 +62,10 @@ logger = logging.getLogger("weightmap")
 _installed: Optional[tuple] = None
 # The last reports, oldest first.
 _reports: "deque[Dict[str, Any]]" = deque(maxlen=32)
+
+
+# The threads committing entries, oldest first.
+_commits: "deque[threading.Thread]" = deque()
 
 
 def reports() -> List[Dict[str, Any]]:
@@ -162,6 +167,7 @@ def _cached_call(original, cache_dir, facts, path, return_tensors, model_to_load
         "seconds": 0.0,
         "convert_seconds": None,
         "write_seconds": None,
+        "commit_seconds": None,
     }
 
     def run_original():
@@ -205,11 +211,15 @@ def _cached_call(original, cache_dir, facts, path, return_tensors, model_to_load
     text = json.dumps(rest, allow_nan=False, separators=(",", ":"))
     t = time.perf_counter()
     try:
-        written = found["miss"].write(arrays, {_RESULT_KEY: text})
+        # The tensors' bytes are copied into the entry's file before this
+        # returns (so a caller that starts training on them changes nothing
+        # of the entry); only the wait for the disk and the rename into
+        # place may come later, on a thread of their own.
+        written = found["miss"].write(arrays, {_RESULT_KEY: text}, commit=not return_tensors)
     except Exception as e:  # a tensor the binding refuses, or the fill failed
         return done(result, reason="write_failed", message=f"{type(e).__name__}: {e}")
     report["write_seconds"] = time.perf_counter() - t
-    if written["outcome"] != "filled":
+    if written["outcome"] not in ("filled", "pending"):
         return done(result, reason=written["reason"], message=written["message"])
     entry = os.fspath(written["entry"])
     if return_tensors:
@@ -220,7 +230,42 @@ def _cached_call(original, cache_dir, facts, path, return_tensors, model_to_load
             result["tensors"] = _entry_tensors(entry, names)
         except Exception as e:  # removed since the write: keep the original's
             return done(result, reason="entry_unreadable", message=f"{type(e).__name__}: {e}")
+    if written["outcome"] == "pending":
+        _commit_later(written["pending"], report)
+        return done(result, outcome="filling", entry=entry)
     return done(result, outcome="filled", entry=entry)
+
+
+def _commit_later(pending, report: Dict[str, Any]) -> None:
+    """Commit ``pending`` (fsync, then rename into place) on a thread of its
+    own, and update ``report`` when it is done. Not a daemon: the
+    interpreter waits for it before it exits, so the entry is in place for
+    the next process. A process killed first leaves a temporary file that no
+    lookup reads and the cache's prune removes."""
+
+    def run():
+        t = time.perf_counter()
+        try:
+            committed = pending.commit()
+        except Exception as e:  # pragma: no cover - commit reports, it does not raise
+            committed = {"outcome": "in_memory", "entry": None, "reason": "io", "message": str(e)}
+        report["commit_seconds"] = time.perf_counter() - t
+        report["outcome"] = committed["outcome"]
+        report["entry"] = committed["entry"] and os.fspath(committed["entry"])
+        report["reason"] = committed["reason"]
+        report["message"] = committed["message"]
+        logger.info("%s", _describe(report))
+
+    thread = threading.Thread(target=run, name="weightmap-cache-commit", daemon=False)
+    _commits.append(thread)
+    thread.start()
+
+
+def wait() -> None:
+    """Wait until every entry this process wrote is committed (in place
+    for the next lookup), and its report final."""
+    while _commits:
+        _commits.popleft().join()
 
 
 def _from_entry(entry: str, names: List[str], metadata: Dict[str, str], return_tensors: bool) -> Dict[str, Any]:
@@ -312,6 +357,8 @@ def _describe(r: Dict[str, Any]) -> str:
         s = f"cached: mapped {r['entry']}"
     elif r["outcome"] == "filled":
         s = f"cached: converted into {r['entry']}"
+    elif r["outcome"] == "filling":
+        s = f"cached: converted into {r['entry']}, committing on a thread"
     else:
         s = f"not cached ({r['reason']}: {r['message']}): converted in memory"
     if r["replaced"]:

@@ -145,14 +145,23 @@ class _CacheMiss:
     @property
     def replaced(self) -> Optional[str]:
         """Why the entry that was there was not used, if there was one."""
-    def write(self, tensors: List[Any], metadata: Dict[str, str]) -> Dict[str, Any]:
+    def write(self, tensors: List[Any], metadata: Dict[str, str], commit: bool = True) -> Dict[str, Any]:
         """Store `tensors` ((name, array) or (name, array, type_name): numpy
         arrays of 1 to 4 dimensions, float32/16, bfloat16, float64, int8 to
         int64; type_name "F32", "BF16", ... takes an array of that element
         size as that type) and `metadata` (no key under "weightmap.") as the
         entry, with the GIL released (nothing may write to or resize the
         arrays meanwhile). Returns outcome ("filled" or "in_memory"), entry,
-        reason, message, replaced. Once only."""
+        reason, message, replaced. Once only. With commit=False: outcome
+        "pending", entry the temporary file (map it now), and pending, a
+        _CachePending whose commit() finishes."""
+
+class _CachePending:
+    """An entry written but not committed: _CacheMiss.write(commit=False)."""
+
+    def commit(self) -> Dict[str, Any]:
+        """Wait for the disk and rename the entry into place, with the GIL
+        released; a dict as _CacheMiss.write returns. Once only."""
 
 def _cache_lookup(
     source: Union[str, "os.PathLike[str]"],

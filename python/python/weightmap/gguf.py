@@ -47,7 +47,16 @@ from gguf.quants import quant_shape_from_byte_shape, quant_shape_to_byte_shape
 
 from ._weightmap import _dequantize, _GgufLayout
 
-__all__ = ["GGUFReader", "ReaderField", "ReaderTensor", "cache_reports", "dequantize", "patch", "unpatch"]
+__all__ = [
+    "GGUFReader",
+    "ReaderField",
+    "ReaderTensor",
+    "cache_reports",
+    "cache_wait",
+    "dequantize",
+    "patch",
+    "unpatch",
+]
 
 # gguf-py's numpy type for each scalar value type (GGUFReader.gguf_scalar_to_np).
 _SCALAR_NP = {
@@ -396,11 +405,25 @@ def cache_reports() -> List[Dict[str, Any]]:
     """What the cache did on the last calls of transformers'
     ``load_gguf_checkpoint`` (at most 32, oldest first), under
     ``patch(cache=...)``: dicts of ``call`` ("config" or "tensors"),
-    ``source``, ``outcome`` ("hit", "filled" or "in_memory"), ``reason``
-    and ``message`` (why in memory), ``entry`` (the entry's path),
-    ``replaced`` (why an entry that was there was not used), ``seconds``
-    (the whole call), ``convert_seconds`` (transformers' own conversion, on
-    a miss) and ``write_seconds`` (the entry's write). Each is also logged on the "weightmap" logger at INFO."""
+    ``source``, ``outcome`` ("hit", "filled", "filling" or "in_memory"),
+    ``reason`` and ``message`` (why in memory), ``entry`` (the entry's
+    path), ``replaced`` (why an entry that was there was not used),
+    ``seconds`` (the whole call), ``convert_seconds`` (transformers' own
+    conversion, on a miss), ``write_seconds`` (the copy into the entry's
+    file) and ``commit_seconds`` (the wait for the disk and the rename).
+    "filling" is a tensors call whose entry's bytes were written before it
+    returned, and whose commit runs on a thread of its own (the process
+    waits for it before it exits; ``cache_wait()`` waits now): its report
+    becomes "filled" (or "in_memory", saying why) when that is done. Each
+    is also logged on the "weightmap" logger at INFO."""
     from ._transformers_cache import reports
 
     return reports()
+
+
+def cache_wait() -> None:
+    """Wait until every cache entry this process wrote under
+    ``patch(cache=...)`` is committed, so that another process finds it."""
+    from ._transformers_cache import wait
+
+    wait()
