@@ -568,6 +568,55 @@ fn write_says_where_the_entry_is_or_why_there_is_none() {
     ));
 }
 
+/// Contents that hold their bytes: written with positioned writes.
+struct Held {
+    data: Vec<f32>,
+}
+
+impl EntryContents for Held {
+    fn tensors(&self) -> Vec<PlannedTensor> {
+        vec![PlannedTensor {
+            name: "held".into(),
+            ty: TensorType::F32,
+            ne: vec![self.data.len() as u64],
+        }]
+    }
+    fn bytes(&self, _index: usize) -> Option<&[u8]> {
+        Some(bytemuck::cast_slice(&self.data))
+    }
+    fn fill(&mut self, _i: usize, _dst: &mut [u8]) -> Result<(), String> {
+        Err("fill is not called when the bytes are held".into())
+    }
+}
+
+#[test]
+fn contents_that_hold_their_bytes_are_written_without_fill() {
+    let (_dir, model, cache) = setup();
+    let id = TransformId::new("held", 1);
+    let opts = LoadOptions::default();
+    let data: Vec<f32> = (0..5000).map(|i| i as f32 * 0.25).collect();
+    // SAFETY: nothing changes the files.
+    let lookup = unsafe { cache.lookup(&model, &id, &opts) }.unwrap();
+    let Lookup::Miss(miss) = lookup else {
+        panic!("hit");
+    };
+    let written = miss.write(&mut Held { data: data.clone() }).unwrap();
+    assert!(matches!(written, Written::Entry(_)), "{written:?}");
+    // SAFETY: as above.
+    let again = unsafe { cache.lookup(&model, &id, &opts) }.unwrap();
+    let Lookup::Hit(c) = again else {
+        panic!("the written entry is not found");
+    };
+    assert_eq!(
+        c.weights().tensor("held").unwrap().view::<f32>().unwrap(),
+        &data[..]
+    );
+    drop(c);
+    // SAFETY: nothing truncates the entries.
+    let verdicts = unsafe { cache.verify() }.unwrap();
+    assert!(verdicts[0].1.is_ok(), "{:?}", verdicts[0].1);
+}
+
 #[test]
 fn a_prepared_entry_is_mapped_at_once_and_found_only_once_committed() {
     let (_dir, model, cache) = setup();

@@ -153,6 +153,14 @@ impl EntryContents for Arrays {
         self.metadata.clone()
     }
 
+    fn bytes(&self, index: usize) -> Option<&[u8]> {
+        let b = &self.bytes[index];
+        // SAFETY: `b.ptr` points to `b.len` readable bytes of a live,
+        // C-contiguous array that nothing writes meanwhile (see `Send`
+        // above), for as long as `self` lives.
+        Some(unsafe { std::slice::from_raw_parts(b.ptr, b.len) })
+    }
+
     fn fill(&mut self, index: usize, dst: &mut [u8]) -> Result<(), String> {
         let b = &self.bytes[index];
         if dst.len() != b.len {

@@ -24,6 +24,7 @@ use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 use crate::error::{Error, Result};
 use crate::gguf::{OwnedValue, ValueType, Writer};
 use crate::loader::Weights;
+use crate::os::write_at;
 
 use super::key::{sample_ranges, SourceKey, TransformId};
 use super::transform::{EntryContents, PlannedTensor};
@@ -138,17 +139,70 @@ impl Layout {
             sums.push(xxh3_64(out));
         }
         let sample = sample_hash(self.ranges.iter().map(|r| &dst[r.clone()]));
-        let (header, _) = self.writer(key, &sums, sample, 0).header_bytes();
+        let header = self.header(key, &sums, sample)?;
+        dst[..header.len()].copy_from_slice(&header);
+        Ok(())
+    }
+
+    /// Write the whole entry into `file` (allocated to the layout's
+    /// length) with positioned writes, from tensors `contents` already
+    /// holds ([`EntryContents::bytes`]): no page of the file is faulted in
+    /// to be written. `None` when some tensor's bytes are not held (then
+    /// nothing was written).
+    pub(crate) fn write_held(
+        &self,
+        key: &SourceKey,
+        contents: &dyn EntryContents,
+        file: &std::fs::File,
+    ) -> Option<std::io::Result<()>> {
+        let held: Vec<&[u8]> = (0..self.tensors.len())
+            .map(|i| contents.bytes(i))
+            .collect::<Option<_>>()?;
+        Some(self.write_bytes(key, &held, file))
+    }
+
+    fn write_bytes(
+        &self,
+        key: &SourceKey,
+        held: &[&[u8]],
+        file: &std::fs::File,
+    ) -> std::io::Result<()> {
+        let mut sums = Vec::with_capacity(held.len());
+        for ((t, range), bytes) in self.tensors.iter().zip(&self.ranges).zip(held) {
+            if bytes.len() != range.len() {
+                let why = format!(
+                    "tensor '{}': {} bytes held, {} planned",
+                    t.name,
+                    bytes.len(),
+                    range.len()
+                );
+                return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, why));
+            }
+            sums.push(xxh3_64(bytes));
+        }
+        let sample = sample_hash(held.iter().copied());
+        let header = self
+            .header(key, &sums, sample)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        for (range, bytes) in self.ranges.iter().zip(held) {
+            write_at(file, bytes, range.start as u64)?;
+        }
+        write_at(file, &header, 0)
+    }
+
+    /// The header, with the tensors' checksums `sums`, the sampled
+    /// checksum `sample`, and its own checksum in place.
+    fn header(&self, key: &SourceKey, sums: &[u64], sample: u64) -> Result<Vec<u8>> {
+        let (mut header, _) = self.writer(key, sums, sample, 0).header_bytes();
         assert_eq!(
             header.len(),
             self.header_len,
             "the header's length is fixed by the plan"
         );
-        dst[..header.len()].copy_from_slice(&header);
-        let at = index_value_at(dst)?;
-        let index = index_hash(&dst[..header.len()], at);
-        dst[at..at + 8].copy_from_slice(&index.to_le_bytes());
-        Ok(())
+        let at = index_value_at(&header, self.len)?;
+        let index = index_hash(&header, at);
+        header[at..at + 8].copy_from_slice(&index.to_le_bytes());
+        Ok(header)
     }
 }
 
@@ -180,10 +234,21 @@ fn index_hash(header: &[u8], at: usize) -> u64 {
     h.digest()
 }
 
-/// Where the index checksum's value is, in an entry's bytes.
-fn index_value_at(entry: &[u8]) -> Result<usize> {
-    let header = crate::format::Header::parse(entry)?;
-    let md = header.gguf_metadata().ok_or(Error::UnknownFormat)?;
+/// Where the index checksum's value is, in an entry's header (of a file
+/// `file_len` bytes long).
+fn index_value_at(header: &[u8], file_len: u64) -> Result<usize> {
+    let parsed = match crate::format::Header::parse_prefix(header, file_len)? {
+        crate::tensor::Parse::Complete(h) => h,
+        crate::tensor::Parse::NeedMore { min_len } => {
+            return Err(Error::Truncated {
+                what: "an entry's header".into(),
+                needed: min_len,
+                offset: 0,
+                file_len: header.len() as u64,
+            })
+        }
+    };
+    let md = parsed.gguf_metadata().ok_or(Error::UnknownFormat)?;
     let kv = md.layout().find(|kv| kv.key == INDEX_XXH3);
     kv.filter(|kv| kv.value_type == ValueType::U64)
         .and_then(|kv| usize::try_from(kv.value.start).ok())

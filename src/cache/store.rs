@@ -206,15 +206,21 @@ pub(crate) fn fill_temp(
     // A held lock tells `prune` the file is a fill under way.
     let _ = try_lock(&file);
     allocate(&mut file, layout.len).map_err(|e| bypass("allocate", &e))?;
-    // SAFETY: the file was created just now under a name no other process
-    // uses, in a directory only this user can write (`usable`), and its
-    // blocks are allocated: nothing truncates it or writes it under the
-    // map, and a full disk cannot fault a write through it.
-    let mut map = unsafe { WritableMap::new(&file) }.map_err(|e| bypass("map", &e))?;
-    layout
-        .write(key, contents, map.bytes_mut())
-        .map_err(Unwritten::Failed)?;
-    map.start_flush().map_err(|e| bypass("flush", &e))?;
+    match layout.write_held(key, contents, &file) {
+        Some(written) => written.map_err(|e| bypass("write", &e))?,
+        None => {
+            // SAFETY: the file was created just now under a name no other
+            // process uses, in a directory only this user can write
+            // (`usable`), and its blocks are allocated: nothing truncates it
+            // or writes it under the map, and a full disk cannot fault a
+            // write through it.
+            let mut map = unsafe { WritableMap::new(&file) }.map_err(|e| bypass("map", &e))?;
+            layout
+                .write(key, contents, map.bytes_mut())
+                .map_err(Unwritten::Failed)?;
+            map.start_flush().map_err(|e| bypass("flush", &e))?;
+        }
+    }
     Ok(Filled {
         tmp,
         file,

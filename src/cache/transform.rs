@@ -38,6 +38,16 @@ pub trait EntryContents {
         Vec::new()
     }
 
+    /// Tensor `index`'s bytes, when the contents already hold them in
+    /// memory (a converted state dict, say): then they are written to the
+    /// entry's file with positioned writes, which costs less than filling a
+    /// fresh mapping of it page by page, and `fill` is not called. `None`
+    /// (the default) for any tensor: every tensor is `fill`ed.
+    fn bytes(&self, index: usize) -> Option<&[u8]> {
+        let _ = index;
+        None
+    }
+
     /// Write tensor `index`'s bytes into `dst` (exactly its size, zeroed).
     /// An `Err` stops the fill; its message is reported as
     /// [`Error::Transform`].

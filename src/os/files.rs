@@ -39,6 +39,34 @@ fn write_zeros(file: &mut File, len: u64) -> io::Result<()> {
     file.flush()
 }
 
+/// Write all of `buf` at `offset` (`pwrite`; Windows `WriteFile` with an
+/// offset), without moving a shared file position.
+pub(crate) fn write_at(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::FileExt::write_all_at(file, buf, offset)
+    }
+    #[cfg(windows)]
+    {
+        let mut done = 0;
+        while done < buf.len() {
+            let at = offset + done as u64;
+            match std::os::windows::fs::FileExt::seek_write(file, &buf[done..], at) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+    #[cfg(not(any(unix, windows)))]
+    {
+        let _ = (file, buf, offset);
+        Err(io::ErrorKind::Unsupported.into())
+    }
+}
+
 /// A shared, writable mapping of a whole file this process has just
 /// created: what it writes goes to the page cache and, on
 /// [`WritableMap::flush`], to the disk, and is never anonymous memory.
