@@ -76,7 +76,7 @@ pub use report::{CacheBypass, CacheOutcome, CacheReport};
 pub use store::PruneReport;
 pub use transform::{EntryContents, PlannedTensor, Transform};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::loader::{LoadOptions, Weights};
 use key::SourceKey;
 
@@ -350,9 +350,9 @@ impl Cache {
             self.dir().is_some_and(|d| path.parent() == Some(d)) && store::is_entry_path(path);
         if !ours {
             let e = std::io::Error::new(std::io::ErrorKind::NotFound, "not an entry of this cache");
-            return Err(crate::Error::io("remove", path, e));
+            return Err(Error::io("remove", path, e));
         }
-        std::fs::remove_file(path).map_err(|e| crate::Error::io("remove", path, e))
+        std::fs::remove_file(path).map_err(|e| Error::io("remove", path, e))
     }
 
     /// Remove the entries whose source changed or is gone, then the least
