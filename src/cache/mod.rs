@@ -43,7 +43,7 @@
 //!
 //! The rules (ARCHITECTURE.md, "The transform cache"):
 //!
-//! - **Keys** ([`key`]): the source's identity and a cheap fingerprint of
+//! - **Keys**: the source's identity and a cheap fingerprint of
 //!   it, the transform's name, version and machine facts. A stale entry
 //!   is never found.
 //! - **Writes**: a fresh temporary file in the cache directory, its blocks
@@ -51,7 +51,7 @@
 //!   into place, and the directory fsynced. Two processes filling one
 //!   entry each rename a whole file; one killed leaves only a temporary
 //!   file, which no load reads and `prune` removes.
-//! - **Reads** ([`entry`]): an entry is a GGUF file; the loader validates
+//! - **Reads**: an entry is a GGUF file; the loader validates
 //!   it as any model, then its key, the header's checksum and both ends of
 //!   every tensor are checked. One that fails is replaced.
 //! - **Where**: `$WEIGHTMAP_CACHE_DIR`, else `$XDG_CACHE_HOME/weightmap`,

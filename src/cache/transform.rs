@@ -24,11 +24,13 @@ pub struct PlannedTensor {
 
 /// The contents of an entry, produced once, on a miss.
 ///
-/// [`crate::cache::Cache::load_with`] asks for [`tensors`](Self::tensors)
-/// and [`metadata`](Self::metadata) to lay the entry out, then for each
-/// tensor's bytes with [`fill`](Self::fill), in order, straight into the
-/// entry's file (or, when the cache cannot be written, into memory: then
-/// `fill` may be called a second time for the same tensor).
+/// After a miss ([`crate::cache::Cache::lookup`]),
+/// [`Miss::store`](crate::cache::Miss::store) and its kin ask for
+/// [`tensors`](Self::tensors) and [`metadata`](Self::metadata) to lay the
+/// entry out, then for each tensor's bytes ([`bytes`](Self::bytes) where
+/// the contents hold them, else [`fill`](Self::fill)), in order, straight
+/// into the entry's file (or, when the cache cannot be written, into
+/// memory: then `fill` may be called a second time for the same tensor).
 pub trait EntryContents {
     /// The tensors, in the order they are filled and stored.
     fn tensors(&self) -> Vec<PlannedTensor>;
@@ -50,7 +52,7 @@ pub trait EntryContents {
 
     /// Write tensor `index`'s bytes into `dst` (exactly its size, zeroed).
     /// An `Err` stops the fill; its message is reported as
-    /// [`Error::Transform`].
+    /// [`crate::Error::Transform`].
     fn fill(&mut self, index: usize, dst: &mut [u8]) -> std::result::Result<(), String>;
 }
 
