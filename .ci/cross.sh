@@ -111,7 +111,13 @@ a64_test() {
     "$cargo" test --locked -Zbuild-std --target $a64 -p "$pkg" --no-fail-fast "$@"
 }
 step "$a64: cargo test -p weightmap (qemu-user)" a64_test weightmap
-step "$a64: cargo test -p weightmap-capi (qemu-user; the C program without ASan)" a64_test weightmap-capi
+# qemu-user ignores madvise, so owned buffers are never in huge pages there:
+# the C ABI's test of the huge-page switch asserts that they are (the
+# library's tests/huge_pages.rs skips the same assertions through its
+# probe, which the C ABI's tests cannot reach).
+a64_capi_skip=(--skip owned_huge_pages_turn_off_and_the_figure_says_so)
+step "$a64: cargo test -p weightmap-capi (qemu-user; the C program without ASan; not: ${a64_capi_skip[*]})" \
+  a64_test weightmap-capi -- "${a64_capi_skip[@]}"
 step "$a64: cargo test -p weightmap-cli (qemu-user; not: ${a64_skip[*]})" a64_test weightmap-cli -- "${a64_skip[@]}"
 
 # -- 4. x86_64-pc-windows-gnu, under Wine ------------------------------------
