@@ -353,12 +353,14 @@ fn the_directory_and_limit_come_from_the_environment() {
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         stdout(&o)
     };
-    let text = ls(&[("XDG_CACHE_HOME", &xdg)]);
+    // The user's cache directory: XDG's, or Windows' local application data.
+    let base = if cfg!(windows) { "LOCALAPPDATA" } else { "XDG_CACHE_HOME" };
+    let text = ls(&[(base, &xdg)]);
     assert!(text.contains(name(&entry)), "{text}");
     assert!(text.contains("1048576 (1.0 MiB) limit"), "{text}");
     // WEIGHTMAP_CACHE_DIR comes first.
     let empty = tmp.path().join("empty");
-    let text = ls(&[("XDG_CACHE_HOME", &xdg), ("WEIGHTMAP_CACHE_DIR", &empty)]);
+    let text = ls(&[(base, &xdg), ("WEIGHTMAP_CACHE_DIR", &empty)]);
     assert!(text.starts_with("total: 0 entries"), "{text}");
     // --dir comes before both.
     let dir = xdg.join("weightmap");
