@@ -354,7 +354,11 @@ fn the_directory_and_limit_come_from_the_environment() {
         stdout(&o)
     };
     // The user's cache directory: XDG's, or Windows' local application data.
-    let base = if cfg!(windows) { "LOCALAPPDATA" } else { "XDG_CACHE_HOME" };
+    let base = if cfg!(windows) {
+        "LOCALAPPDATA"
+    } else {
+        "XDG_CACHE_HOME"
+    };
     let text = ls(&[(base, &xdg)]);
     assert!(text.contains(name(&entry)), "{text}");
     assert!(text.contains("1048576 (1.0 MiB) limit"), "{text}");
