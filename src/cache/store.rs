@@ -116,10 +116,16 @@ pub(crate) unsafe fn open_written(
             path,
             io::Error::from(io::ErrorKind::NotFound),
         )),
-        Err(why) => Err(Error::Transform {
-            tensor: String::new(),
-            message: format!("the entry just written at {} is bad: {why}", path.display()),
-        }),
+        // Not the transform's fault: the file under the entry's name is not
+        // what was written (another process put a bad one there).
+        Err(why) => Err(Error::io(
+            "open",
+            path,
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("the entry is bad: {why}"),
+            ),
+        )),
     }
 }
 
