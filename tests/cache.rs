@@ -568,21 +568,24 @@ fn write_says_where_the_entry_is_or_why_there_is_none() {
     ));
 }
 
-/// Contents that hold their bytes: written with positioned writes.
+/// Contents that hold their bytes: written straight to the disk where the
+/// system can (direct I/O), in parts of a few MiB.
 struct Held {
-    data: Vec<f32>,
+    data: Vec<Vec<f32>>,
 }
 
 impl EntryContents for Held {
     fn tensors(&self) -> Vec<PlannedTensor> {
-        vec![PlannedTensor {
-            name: "held".into(),
-            ty: TensorType::F32,
-            ne: vec![self.data.len() as u64],
-        }]
+        (self.data.iter().enumerate())
+            .map(|(i, d)| PlannedTensor {
+                name: format!("held.{i}"),
+                ty: TensorType::F32,
+                ne: vec![d.len() as u64],
+            })
+            .collect()
     }
-    fn bytes(&self, _index: usize) -> Option<&[u8]> {
-        Some(bytemuck::cast_slice(&self.data))
+    fn bytes(&self, index: usize) -> Option<&[u8]> {
+        Some(bytemuck::cast_slice(&self.data[index]))
     }
     fn fill(&mut self, _i: usize, _dst: &mut [u8]) -> Result<(), String> {
         Err("fill is not called when the bytes are held".into())
@@ -594,7 +597,13 @@ fn contents_that_hold_their_bytes_are_written_without_fill() {
     let (_dir, model, cache) = setup();
     let id = TransformId::new("held", 1);
     let opts = LoadOptions::default();
-    let data: Vec<f32> = (0..5000).map(|i| i as f32 * 0.25).collect();
+    // Tensors across several of the writer's parts, one of a single
+    // element, an entry whose length is no multiple of 4096.
+    let data: Vec<Vec<f32>> = [5000, 3_000_000, 1, 2_500_001]
+        .iter()
+        .enumerate()
+        .map(|(t, &n)| (0..n).map(|i| (i * 4 + t) as f32 * 0.25).collect())
+        .collect();
     // SAFETY: nothing changes the files.
     let lookup = unsafe { cache.lookup(&model, &id, &opts) }.unwrap();
     let Lookup::Miss(miss) = lookup else {
@@ -607,10 +616,13 @@ fn contents_that_hold_their_bytes_are_written_without_fill() {
     let Lookup::Hit(c) = again else {
         panic!("the written entry is not found");
     };
-    assert_eq!(
-        c.weights().tensor("held").unwrap().view::<f32>().unwrap(),
-        &data[..]
-    );
+    for (i, d) in data.iter().enumerate() {
+        let name = format!("held.{i}");
+        assert_eq!(
+            c.weights().tensor(&name).unwrap().view::<f32>().unwrap(),
+            &d[..]
+        );
+    }
     drop(c);
     // SAFETY: nothing truncates the entries.
     let verdicts = unsafe { cache.verify() }.unwrap();
@@ -696,6 +708,18 @@ fn child_fill() {
             .parse()
             .unwrap(),
     );
+    if std::env::var_os("WM_CACHE_CHILD_HELD").is_some() {
+        // Held bytes, written past the page cache: 128 MiB, long enough to
+        // be killed while the bytes go to the disk.
+        let id = TransformId::new("held", 1);
+        // SAFETY: nothing changes the files.
+        let lookup = unsafe { Cache::at(cache_dir).lookup(&model, &id, &LoadOptions::default()) };
+        if let Lookup::Miss(miss) = lookup.unwrap() {
+            let written = miss.write(&mut Held { data: held_data() }).unwrap();
+            println!("child outcome: {written:?}");
+        }
+        return;
+    }
     let inner = dequant();
     let slow = Transform::new("dequant-f32", 1, |info, src, dst| {
         std::thread::sleep(pause);
@@ -710,15 +734,75 @@ fn child_fill() {
     println!("child outcome: {}", c.report().outcome.name());
 }
 
-fn spawn_child(cache_dir: &Path, model: &Path, pause_ms: u64) -> std::process::Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_fill", "--nocapture", "--test-threads=1"])
+/// What the held child writes: two tensors, 128 MiB.
+fn held_data() -> Vec<Vec<f32>> {
+    [24 << 20, (8 << 20) + 3]
+        .iter()
+        .enumerate()
+        .map(|(t, &n)| (0..n).map(|i| (i * 2 + t) as f32).collect())
+        .collect()
+}
+
+fn child_command(cache_dir: &Path, model: &Path, pause_ms: u64) -> Command {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args(["--exact", "child_fill", "--nocapture", "--test-threads=1"])
         .env("WM_CACHE_CHILD_DIR", cache_dir)
         .env("WM_CACHE_CHILD_MODEL", model)
         .env("WM_CACHE_CHILD_PAUSE_MS", pause_ms.to_string())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap()
+        .stdout(std::process::Stdio::piped());
+    c
+}
+
+fn spawn_child(cache_dir: &Path, model: &Path, pause_ms: u64) -> std::process::Child {
+    child_command(cache_dir, model, pause_ms).spawn().unwrap()
+}
+
+/// Wait until `dir` holds a file (a fill's temporary file).
+fn wait_for_a_file(dir: &Path) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while fs::read_dir(dir).unwrap().count() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the child never started its fill"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn a_held_write_killed_midway_leaves_nothing_wrong() {
+    let (_dir, model, cache) = setup();
+    let cache_dir = cache.dir().unwrap().to_owned();
+    fs::create_dir_all(&cache_dir).unwrap();
+    let want = held_data();
+    for delay_ms in [0, 30, 80] {
+        let mut child = child_command(&cache_dir, &model, 0)
+            .env("WM_CACHE_CHILD_HELD", "1")
+            .spawn()
+            .unwrap();
+        wait_for_a_file(&cache_dir);
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // Killed before its rename: no entry; after: a whole one. Never a
+        // torn one, never another's bytes.
+        // SAFETY: nothing truncates the entries.
+        for (path, verdict) in unsafe { cache.verify() }.unwrap() {
+            assert!(verdict.is_ok(), "{}: {verdict:?}", path.display());
+        }
+        let id = TransformId::new("held", 1);
+        // SAFETY: nothing changes the files.
+        if let Lookup::Hit(c) =
+            unsafe { cache.lookup(&model, &id, &LoadOptions::default()) }.unwrap()
+        {
+            for (i, d) in want.iter().enumerate() {
+                let t = c.weights().tensor(&format!("held.{i}")).unwrap();
+                assert_eq!(t.view::<f32>().unwrap(), &d[..]);
+            }
+        }
+        fs::remove_dir_all(&cache_dir).unwrap();
+        fs::create_dir_all(&cache_dir).unwrap();
+    }
 }
 
 #[test]
@@ -728,14 +812,7 @@ fn a_fill_killed_midway_leaves_nothing_a_load_uses() {
     fs::create_dir_all(&cache_dir).unwrap();
     let mut child = spawn_child(&cache_dir, &model, 400);
     // Wait for its temporary file, then kill it mid-fill.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while fs::read_dir(&cache_dir).unwrap().count() == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the child never started its fill"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_a_file(&cache_dir);
     std::thread::sleep(Duration::from_millis(200));
     child.kill().unwrap();
     child.wait().unwrap();

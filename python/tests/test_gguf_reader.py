@@ -4,9 +4,11 @@ vocabulary file gguf-py's own writer makes (262,144 tokens, as gemma 3's);
 dequantize bit for bit on every type of quant-types.gguf; patch()/unpatch().
 """
 
+import gc
 import pathlib
 import struct
 import tracemalloc
+import weakref
 
 import numpy as np
 import pytest
@@ -125,6 +127,23 @@ def test_reader_against_gguf_py(name):
 
 def test_reader_on_a_vocabulary(vocab_file):
     assert_same_reader(vocab_file)
+
+
+def test_a_reader_is_freed_with_its_last_reference(vocab_file):
+    """No reference cycle between a reader and its fields: dropped, they
+    go at once, not at the next garbage collection (their views are
+    hundreds of MiB for a real vocabulary)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        r = wg.GGUFReader(vocab_file)
+        assert len(r.fields["tokenizer.ggml.tokens"].data) > 0  # built
+        reader, fields = weakref.ref(r), weakref.ref(r.fields)
+        del r
+        assert reader() is None and fields() is None
+    finally:
+        if was:
+            gc.enable()
 
 
 def test_fields_are_built_when_read(big_vocab_file):

@@ -352,3 +352,64 @@ def test_results_json_cannot_keep_are_not_cached(tmp_path, monkeypatch):
     r = wg.cache_reports()[-1]
     assert r["outcome"] == "in_memory" and r["reason"] == "not_json" and "tuple" in r["message"], r
     assert not any((tmp_path / "cache").glob("*.gguf"))
+
+
+def _same(a, b):
+    """Equal values of the same types, all the way down."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and np.array_equal(a, b)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(_same, a, b))
+    return a == b or (a != a and b != b)  # NaN is NaN
+
+
+@needs_transformers
+def test_value_parser_gives_transformers_values_for_every_field():
+    import gguf
+    import transformers.modeling_gguf_pytorch_utils as mg
+    from transformers.integrations.ggml import _gguf_parse_value as original
+
+    import weightmap.gguf as wg
+    from weightmap import _transformers_cache as tc
+
+    fast = tc._value_parser(original)
+    paths = [pathlib.Path(MODELS) / "llama" / "model.gguf", pathlib.Path(MODELS) / "gemma3" / "model.gguf"]
+    paths += sorted((ROOT / "testdata").glob("*.gguf"))
+    fields = 0
+    for path in paths:
+        for reader in (gguf.GGUFReader(path), wg.GGUFReader(path)):
+            for key, field in reader.fields.items():
+                want = [original(field.parts[i], field.types) for i in field.data]
+                got = [fast(field.parts[i], field.types) for i in field.data]
+                assert _same(got, want), (path, key)
+                fields += 1
+    assert fields > 100
+    # Types and shapes the files above may not hold.
+    cases = [
+        (np.array([1], dtype=np.int8), 1),
+        (np.array([True]), 7),
+        (np.array([True]), [9, 7]),
+        (np.array([2.5], dtype=np.float64), [12]),
+        (np.array([2**63 - 1], dtype=np.int64), [9, 11]),
+        (np.frombuffer("é-ü".encode(), dtype=np.uint8), [9, 8]),
+        (np.frombuffer(b"ab", dtype=np.uint8).reshape(1, 2), 13),
+        (np.array([5], dtype=np.uint32), [9]),
+    ]
+    for value, types in cases:
+        assert _same(fast(value, types), original(value, types)), (value, types)
+    for value, types in [(np.array([1]), [9, 9, 8]), (np.array([1]), [4, 8]),
+                         (np.frombuffer(b"\xff", dtype=np.uint8), 8),
+                         (np.frombuffer(b"ab", dtype=np.uint8).reshape(1, 2), 8)]:
+        with pytest.raises(Exception) as want:
+            original(value, types)
+        with pytest.raises(type(want.value)):
+            fast(value, types)
+
+    wg.patch(cache=True)
+    try:
+        assert mg._gguf_parse_value.__wrapped__ is original
+    finally:
+        wg.unpatch()
+    assert mg._gguf_parse_value is original

@@ -24,7 +24,7 @@ use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 use crate::error::{Error, Result};
 use crate::gguf::{OwnedValue, ValueType, Writer};
 use crate::loader::Weights;
-use crate::os::write_at;
+use crate::os::{write_at, write_pieces};
 
 use super::key::{sample_ranges, SourceKey, TransformId};
 use super::transform::{EntryContents, PlannedTensor};
@@ -144,21 +144,23 @@ impl Layout {
         Ok(())
     }
 
-    /// Write the whole entry into `file` (allocated to the layout's
-    /// length) with positioned writes, from tensors `contents` already
-    /// holds ([`EntryContents::bytes`]): no page of the file is faulted in
-    /// to be written. `None` when some tensor's bytes are not held (then
+    /// Write the whole entry into `file` (at `path`, allocated to the
+    /// layout's length) from tensors `contents` already holds
+    /// ([`EntryContents::bytes`]), in file order, past the page cache where
+    /// the system can ([`write_pieces`]): no page of the file is faulted
+    /// in to be written. `None` when some tensor's bytes are not held (then
     /// nothing was written).
     pub(crate) fn write_held(
         &self,
         key: &SourceKey,
         contents: &dyn EntryContents,
         file: &std::fs::File,
+        path: &std::path::Path,
     ) -> Option<std::io::Result<()>> {
         let held: Vec<&[u8]> = (0..self.tensors.len())
             .map(|i| contents.bytes(i))
             .collect::<Option<_>>()?;
-        Some(self.write_bytes(key, &held, file))
+        Some(self.write_bytes(key, &held, file, path))
     }
 
     fn write_bytes(
@@ -166,8 +168,8 @@ impl Layout {
         key: &SourceKey,
         held: &[&[u8]],
         file: &std::fs::File,
+        path: &std::path::Path,
     ) -> std::io::Result<()> {
-        let mut sums = Vec::with_capacity(held.len());
         for ((t, range), bytes) in self.tensors.iter().zip(&self.ranges).zip(held) {
             if bytes.len() != range.len() {
                 let why = format!(
@@ -178,15 +180,27 @@ impl Layout {
                 );
                 return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, why));
             }
-            sums.push(xxh3_64(bytes));
         }
-        let sample = sample_hash(held.iter().copied());
+        let pieces: Vec<(u64, &[u8])> = (self.ranges.iter().zip(held))
+            .map(|(range, bytes)| (range.start as u64, *bytes))
+            .collect();
+        // The checksums go in the header, written last: they are computed
+        // on a thread of their own while the tensors go to the disk.
+        let ((sums, sample), written) = std::thread::scope(|scope| {
+            let hashing = scope.spawn(|| {
+                let sums: Vec<u64> = held.iter().map(|b| xxh3_64(b)).collect();
+                (sums, sample_hash(held.iter().copied()))
+            });
+            let written = write_pieces(file, path, self.len, &pieces);
+            let hashed = hashing
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (hashed, written)
+        });
+        written?;
         let header = self
             .header(key, &sums, sample)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
-        for (range, bytes) in self.ranges.iter().zip(held) {
-            write_at(file, bytes, range.start as u64)?;
-        }
         write_at(file, &header, 0)
     }
 

@@ -212,7 +212,7 @@ pub(crate) fn fill_temp(
     // A held lock tells `prune` the file is a fill under way.
     let _ = try_lock(&file);
     allocate(&mut file, layout.len).map_err(|e| bypass("allocate", &e))?;
-    match layout.write_held(key, contents, &file) {
+    match layout.write_held(key, contents, &file, &tmp.path) {
         Some(written) => written.map_err(|e| bypass("write", &e))?,
         None => {
             // SAFETY: the file was created just now under a name no other

@@ -42,9 +42,10 @@ pub trait EntryContents {
 
     /// Tensor `index`'s bytes, when the contents already hold them in
     /// memory (a converted state dict, say): then they are written to the
-    /// entry's file with positioned writes, which costs less than filling a
-    /// fresh mapping of it page by page, and `fill` is not called. `None`
-    /// (the default) for any tensor: every tensor is `fill`ed.
+    /// entry's file past the page cache where the system can (`O_DIRECT`),
+    /// so that the entry does not cost its size again in memory while it
+    /// is written, and `fill` is not called. `None` (the default) for any
+    /// tensor: every tensor is `fill`ed.
     fn bytes(&self, index: usize) -> Option<&[u8]> {
         let _ = index;
         None

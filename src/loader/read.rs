@@ -335,9 +335,7 @@ thread_local! {
     pub(crate) static FAIL_DIRECT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// The granule of direct reads: offsets, lengths and addresses are
-/// multiples of it (the largest logical block size in common use).
-pub(crate) const DIRECT_ALIGN: usize = 4096;
+pub(crate) use crate::os::DIRECT_ALIGN;
 
 /// Read `[file_start, file_start + dst.len())` of `path` into `dst` with
 /// `O_DIRECT`, in parallel. `file_start`, `dst`'s address and length are

@@ -25,7 +25,13 @@ pub(crate) fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()
     Ok(())
 }
 
-pub(crate) use sys::{open_direct, read_some_at, refuses_direct_io, reopen_for_reader, DIRECT_IO};
+pub(crate) use sys::{
+    open_direct, open_direct_writer, read_some_at, refuses_direct_io, reopen_for_reader, DIRECT_IO,
+};
+
+/// The granule of direct I/O: offsets, lengths and addresses are
+/// multiples of it (the largest logical block size in common use).
+pub(crate) const DIRECT_ALIGN: usize = 4096;
 
 /// [`prefault_for_write`] for the next `n` bytes of `v`'s spare capacity
 /// (at most all of it), before they are filled: a header read into a

@@ -23,7 +23,8 @@
 //!   `PageMap` (which pages this process has mapped);
 //! - the page cache: `evict`, `drop_cached`, `advise_no_readahead`;
 //! - I/O: `read_at`, `read_some_at`, `reopen_for_reader`, `open_direct`,
-//!   `DIRECT_IO`, `refuses_direct_io`, `same_file_identity`;
+//!   `open_direct_writer`, `DIRECT_IO`, `refuses_direct_io`,
+//!   `same_file_identity`;
 //! - `read_budget`;
 //! - files the transform cache writes: `file_identity`, `shared_dir_problem`,
 //!   `reserve`, `sync_dir`, `try_lock`.

@@ -146,6 +146,10 @@ pub(crate) fn open_direct(_path: &Path) -> io::Result<File> {
     unsupported()
 }
 
+pub(crate) fn open_direct_writer(_path: &Path) -> io::Result<File> {
+    unsupported()
+}
+
 pub(crate) fn refuses_direct_io(_e: &io::Error) -> bool {
     false
 }

@@ -434,6 +434,28 @@ pub(crate) fn open_direct(path: &Path) -> io::Result<File> {
     }
 }
 
+/// Open `path` for direct writes (`O_DIRECT`, Linux and Android), with
+/// the rules of [`open_direct`]: what is written goes to the device
+/// without taking page-cache pages.
+pub(crate) fn open_direct_writer(path: &Path) -> io::Result<File> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let _ = path;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "O_DIRECT is Linux-only",
+        ))
+    }
+}
+
 /// Whether `e` is a file system's refusal of direct I/O (`EINVAL`, from the
 /// open or from the first read: an SD card on Android, tmpfs), after which
 /// buffered reads serve instead.

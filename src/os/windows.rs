@@ -454,6 +454,15 @@ pub(crate) fn open_direct(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
+/// Open `path` for writes that bypass the file cache
+/// (`FILE_FLAG_NO_BUFFERING`), with the rules of [`open_direct`].
+pub(crate) fn open_direct_writer(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(FILE_FLAG_NO_BUFFERING)
+        .open(path)
+}
+
 /// Whether `e` refuses unbuffered reads (an unaligned request, a file
 /// system without them), after which buffered reads serve instead.
 pub(crate) fn refuses_direct_io(e: &io::Error) -> bool {

@@ -89,16 +89,16 @@ class _LazyFields(Mapping):
     """``GGUFReader.fields``: key -> ``ReaderField`` in file order, each
     built the first time it is read."""
 
-    def __init__(self, reader: "GGUFReader", specs: Dict[str, Any]):
-        self._reader = reader
-        self._specs = specs  # key -> what _build_field needs
+    def __init__(self, views: "_Views", specs: Dict[str, Any]):
+        self._views = views
+        self._specs = specs  # key -> what _Views.field needs
         self._built: Dict[str, ReaderField] = {}
 
     def __getitem__(self, key: str) -> ReaderField:
         f = self._built.get(key)
         if f is None:
             spec = self._specs[key]  # KeyError for an absent key, as a dict
-            f = self._reader._build_field(key, spec)
+            f = self._views.field(key, spec)
             self._built[key] = f
         return f
 
@@ -113,6 +113,71 @@ class _LazyFields(Mapping):
 
     def __repr__(self) -> str:
         return f"<weightmap.gguf fields: {len(self)} keys, {len(self._built)} built>"
+
+
+class _Views:
+    """Typed views of a GGUF file's bytes, and the fields built from them:
+    what a ``GGUFReader`` and its lazy ``fields`` share. The fields hold
+    this rather than the reader, so that a reader and its fields are no
+    reference cycle: they are freed with their last reference, not at the
+    next full garbage collection, and a vocabulary's fields are 10^5 numpy
+    views (hundreds of MiB of the process's memory for two readers of
+    gemma-3's 262k tokens)."""
+
+    def __init__(self, buf: np.ndarray, layout: Any, byte_order: str):
+        self._buf = buf
+        self._layout = layout
+        self._byte_order = byte_order
+
+    def get(self, offset: int, dtype: Any, count: int = 1) -> np.ndarray:
+        """``count`` items of ``dtype`` at ``offset``: a view of the file."""
+        count = int(count)
+        itemsize = np.dtype(dtype).itemsize
+        arr = self._buf[offset : offset + itemsize * count].view(dtype=dtype)[:count]
+        return arr.view(arr.dtype.newbyteorder(self._byte_order))
+
+    def field(self, key: str, spec: Tuple) -> ReaderField:
+        """The field ``key``, from what the reader noted of it."""
+        if spec[0] == "header":
+            _, offset, dtype = spec
+            return ReaderField(offset, key, [self.get(offset, dtype)], [0], [
+                GGUFValueType.UINT32 if dtype is np.uint32 else GGUFValueType.UINT64
+            ])
+        _, offset, vtype, vstart, vend, elem, count = spec
+        klen = self.get(offset, np.uint64)
+        kdata = self.get(offset + 8, np.uint8, klen[0])
+        raw_type = self.get(offset + 8 + int(klen[0]), np.uint32)
+        parts: List[np.ndarray] = [klen, kdata, raw_type]
+        gtype = GGUFValueType(vtype)
+        types = [gtype]
+        if gtype == GGUFValueType.STRING:
+            parts += [self.get(vstart - 8, np.uint64), self.get(vstart, np.uint8, vend - vstart)]
+            return ReaderField(offset, key, parts, [4], types)
+        if gtype != GGUFValueType.ARRAY:
+            parts.append(self.get(vstart, _SCALAR_NP[gtype]))
+            return ReaderField(offset, key, parts, [3], types)
+        etype = GGUFValueType(elem)
+        parts += [self.get(vstart - 12, np.uint32), self.get(vstart - 8, np.uint64)]
+        if count:
+            types.append(etype)
+        first = len(parts)
+        if etype == GGUFValueType.STRING:
+            offs = self._layout.string_offsets(key)
+            buf = self._buf
+            u64 = np.dtype(np.uint64)
+            lens = [buf[o : o + 8].view(u64) for o in offs.tolist()]
+            starts = (offs + 8).tolist()
+            ends = (offs + 8 + np.array([n[0] for n in lens], dtype=np.uint64)).tolist() if count else []
+            for n, a, b in zip(lens, starts, ends):
+                parts.append(n)
+                parts.append(buf[a:b])
+            idxs = list(range(first + 1, first + 2 * count, 2))
+        else:
+            items = self.get(vstart, _SCALAR_NP[etype], count)
+            # One 1-element view per element, as gguf-py gives them.
+            parts += list(items.reshape(count, 1))
+            idxs = list(range(first, first + count))
+        return ReaderField(offset, key, parts, idxs, types)
 
 
 class GGUFReader:
@@ -132,6 +197,7 @@ class GGUFReader:
         # Parts and tensors are plain ndarray views of the memmap: slicing
         # the np.memmap subclass costs ten times as much (__array_finalize__).
         self._buf = self.data.view(np.ndarray)
+        self._views = _Views(self._buf, layout, self.byte_order)
         self.endianess = GGUFEndian.LITTLE
         data = self.data
         specs: Dict[str, Any] = {}
@@ -147,7 +213,7 @@ class GGUFReader:
             if key in specs:
                 raise KeyError(f"Duplicate {key} already in list at offset {offset}")
             specs[key] = ("kv", offset, vtype, vstart, vend, elem, count)
-        self.fields = _LazyFields(self, specs)
+        self.fields = _LazyFields(self._views, specs)
         align = specs.get("general.alignment")
         if align is not None:
             f = self.fields["general.alignment"]
@@ -172,52 +238,7 @@ class GGUFReader:
 
     def _get(self, offset: int, dtype: Any, count: int = 1) -> np.ndarray:
         """``count`` items of ``dtype`` at ``offset``: a view of the file."""
-        count = int(count)
-        itemsize = np.dtype(dtype).itemsize
-        arr = self._buf[offset : offset + itemsize * count].view(dtype=dtype)[:count]
-        return arr.view(arr.dtype.newbyteorder(self.byte_order))
-
-    def _build_field(self, key: str, spec: Tuple) -> ReaderField:
-        if spec[0] == "header":
-            _, offset, dtype = spec
-            return ReaderField(offset, key, [self._get(offset, dtype)], [0], [
-                GGUFValueType.UINT32 if dtype is np.uint32 else GGUFValueType.UINT64
-            ])
-        _, offset, vtype, vstart, vend, elem, count = spec
-        klen = self._get(offset, np.uint64)
-        kdata = self._get(offset + 8, np.uint8, klen[0])
-        raw_type = self._get(offset + 8 + int(klen[0]), np.uint32)
-        parts: List[np.ndarray] = [klen, kdata, raw_type]
-        gtype = GGUFValueType(vtype)
-        types = [gtype]
-        if gtype == GGUFValueType.STRING:
-            parts += [self._get(vstart - 8, np.uint64), self._get(vstart, np.uint8, vend - vstart)]
-            return ReaderField(offset, key, parts, [4], types)
-        if gtype != GGUFValueType.ARRAY:
-            parts.append(self._get(vstart, _SCALAR_NP[gtype]))
-            return ReaderField(offset, key, parts, [3], types)
-        etype = GGUFValueType(elem)
-        parts += [self._get(vstart - 12, np.uint32), self._get(vstart - 8, np.uint64)]
-        if count:
-            types.append(etype)
-        first = len(parts)
-        if etype == GGUFValueType.STRING:
-            offs = self._layout.string_offsets(key)
-            buf = self._buf
-            u64 = np.dtype(np.uint64)
-            lens = [buf[o : o + 8].view(u64) for o in offs.tolist()]
-            starts = (offs + 8).tolist()
-            ends = (offs + 8 + np.array([n[0] for n in lens], dtype=np.uint64)).tolist() if count else []
-            for n, a, b in zip(lens, starts, ends):
-                parts.append(n)
-                parts.append(buf[a:b])
-            idxs = list(range(first + 1, first + 2 * count, 2))
-        else:
-            items = self._get(vstart, _SCALAR_NP[etype], count)
-            # One 1-element view per element, as gguf-py gives them.
-            parts += list(items.reshape(count, 1))
-            idxs = list(range(first, first + count))
-        return ReaderField(offset, key, parts, idxs, types)
+        return self._views.get(offset, dtype, count)
 
     def _tensor_field(self, name: str, at: int, n_dims: int) -> ReaderField:
         """The descriptor of tensor ``name`` at ``at`` with ``n_dims``
