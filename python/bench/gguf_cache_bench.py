@@ -19,7 +19,10 @@ transformers byte-compiled first:
 
 Each load reports wall and CPU time of `from_pretrained`, its RssAnon
 growth (/proc/self/status) after the load and again after reading every
-parameter (a SHA-256 of all their bytes, zero-copy), and how many
+parameter (a SHA-256 of all their bytes, zero-copy), the time of a first
+read of one element in every 4 KiB of every parameter (the page faults a
+first compute takes: from the disk where an entry was just written past
+the page cache), the seconds the entry's write took, and how many
 parameters lie in the entry's mapping; the script fails if any load's
 parameters differ from (a)'s in any bit. Made for python/README.md's
 figures; never run as a test. Linux only (/proc).
