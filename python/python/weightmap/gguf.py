@@ -192,7 +192,6 @@ class GGUFReader:
 
     def __init__(self, path: Union[os.PathLike, str], mode: str = "r"):
         layout = _GgufLayout(path)
-        self._layout = layout
         self.data = np.memmap(path, mode=mode)
         # Parts and tensors are plain ndarray views of the memmap: slicing
         # the np.memmap subclass costs ten times as much (__array_finalize__).
