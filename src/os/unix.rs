@@ -416,39 +416,25 @@ pub(crate) fn reopen_for_reader(_file: &File, _direct: bool) -> io::Result<Optio
 /// Offsets, lengths and buffer addresses must be multiples of the logical
 /// block size.
 pub(crate) fn open_direct(path: &Path) -> io::Result<File> {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(path)
-    }
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    {
-        let _ = path;
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "O_DIRECT is Linux-only",
-        ))
-    }
+    open_with_o_direct(std::fs::OpenOptions::new().read(true), path)
 }
 
-/// Open `path` for direct writes (`O_DIRECT`, Linux and Android), with
-/// the rules of [`open_direct`]: what is written goes to the device
-/// without taking page-cache pages.
+/// Open `path` for direct writes, with the rules of [`open_direct`]: what
+/// is written goes to the device without taking page-cache pages.
 pub(crate) fn open_direct_writer(path: &Path) -> io::Result<File> {
+    open_with_o_direct(std::fs::OpenOptions::new().write(true), path)
+}
+
+/// `options` with `O_DIRECT` (Linux and Android), `Unsupported` elsewhere.
+fn open_with_o_direct(options: &mut std::fs::OpenOptions, path: &Path) -> io::Result<File> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(path)
+        options.custom_flags(libc::O_DIRECT).open(path)
     }
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
     {
-        let _ = path;
+        let _ = (options, path);
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
             "O_DIRECT is Linux-only",
