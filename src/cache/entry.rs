@@ -5,37 +5,43 @@
 //! | key | value |
 //! |---|---|
 //! | `weightmap.cache.key` | the key's text ([`super::key`]), compared whole on open |
-//! | `weightmap.cache.source` | the source's absolute path (for `cache ls` and pruning) |
+//! | `weightmap.cache.source` | the source's absolute path, for people (`cache ls`; lossy where it is not UTF-8) |
+//! | `weightmap.cache.source_os` | the same path exactly (u8: Unix's bytes, Windows' UTF-16 little-endian), for pruning |
 //! | `weightmap.cache.transform` | the transform's name |
 //! | `weightmap.cache.transform_version` | its version |
 //! | `weightmap.cache.created` | seconds since the Unix epoch |
-//! | `weightmap.cache.tensor_xxh3` | each tensor's XXH3-64, in tensor order (`cache verify`) |
-//! | `weightmap.cache.sample_xxh3` | XXH3-64 of both ends of every tensor (checked on open) |
-//! | `weightmap.cache.index_xxh3` | XXH3-64 of the header with this value zeroed (checked on open) |
+//! | `weightmap.cache.tensor_xxh3` | each tensor's XXH3-64, in tensor order |
+//! | `weightmap.cache.index_xxh3` | XXH3-64 of the header (through the data offset) with this value zeroed |
 //!
-//! and then whatever the transform adds. The header is checked on every
-//! open, and so are a few KiB of each tensor; every byte only by
-//! [`verify`].
+//! and then whatever the transform adds. A file is an entry by its
+//! contents: its key's hash is its file name ([`identify`]). Every open
+//! checks every byte ([`check`]): the header against its checksum and each
+//! tensor against its own, read from the file, whatever the load's mode or
+//! buffer type.
 
+use std::fs::File;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use crate::error::{Error, Result};
+use crate::format::{read_header, Header};
 use crate::gguf::{OwnedValue, ValueType, Writer};
-use crate::loader::Weights;
-use crate::os::{write_at, write_pieces};
+use crate::os::{path_from_bytes, path_to_bytes, read_at, write_at, write_pieces, Mapping};
 
-use super::key::{sample_ranges, SourceKey, TransformId};
+use super::key::{hash_of, SourceKey, TransformId};
 use super::transform::{EntryContents, PlannedTensor};
 
 const KEY: &str = "weightmap.cache.key";
 const SOURCE: &str = "weightmap.cache.source";
+const SOURCE_OS: &str = "weightmap.cache.source_os";
 const TRANSFORM: &str = "weightmap.cache.transform";
 const TRANSFORM_VERSION: &str = "weightmap.cache.transform_version";
 const CREATED: &str = "weightmap.cache.created";
 const TENSOR_XXH3: &str = "weightmap.cache.tensor_xxh3";
-const SAMPLE_XXH3: &str = "weightmap.cache.sample_xxh3";
 const INDEX_XXH3: &str = "weightmap.cache.index_xxh3";
 
 /// Tensors start at multiples of 64 bytes: a cache line, the widest SIMD
@@ -79,7 +85,7 @@ impl Layout {
             t.nbytes()?;
         }
         let zeros = vec![0; layout.tensors.len()];
-        let (header, offsets) = layout.writer(key, &zeros, 0, 0).header_bytes();
+        let (header, offsets) = layout.writer(key, &zeros, 0).header_bytes();
         let mut end = header.len() as u64;
         for (t, off) in layout.tensors.iter().zip(&offsets) {
             let start = (header.len() as u64)
@@ -99,16 +105,17 @@ impl Layout {
         Ok(layout)
     }
 
-    fn writer(&self, key: &SourceKey, sums: &[u64], sample: u64, index: u64) -> Writer {
+    fn writer(&self, key: &SourceKey, sums: &[u64], index: u64) -> Writer {
         let mut w = Writer::new(ALIGNMENT);
         let path = key.path.to_string_lossy();
+        let exact = path_to_bytes(&key.path).into_iter().map(OwnedValue::U8);
         w.kv_str(KEY, &key.text)
             .kv_str(SOURCE, &path)
+            .kv(SOURCE_OS, OwnedValue::Array(ValueType::U8, exact.collect()))
             .kv_str(TRANSFORM, &self.transform.0)
             .kv_u32(TRANSFORM_VERSION, self.transform.1)
             .kv(CREATED, OwnedValue::U64(self.created))
-            .kv(TENSOR_XXH3, u64_array(sums))
-            .kv(SAMPLE_XXH3, OwnedValue::U64(sample));
+            .kv(TENSOR_XXH3, u64_array(sums));
         for (k, v) in &self.extra {
             w.kv(k, v.clone());
         }
@@ -138,14 +145,13 @@ impl Layout {
             })?;
             sums.push(xxh3_64(out));
         }
-        let sample = sample_hash(self.ranges.iter().map(|r| &dst[r.clone()]));
-        let header = self.header(key, &sums, sample)?;
+        let header = self.header(key, &sums)?;
         dst[..header.len()].copy_from_slice(&header);
         Ok(())
     }
 
-    /// Write the whole entry into `file` (at `path`, allocated to the
-    /// layout's length) from tensors `contents` already holds
+    /// Write the whole entry into `file` (allocated to the layout's
+    /// length) from tensors `contents` already holds
     /// ([`EntryContents::bytes`]), in file order, past the page cache where
     /// the system can ([`write_pieces`]): no page of the file is faulted
     /// in to be written. `None` when some tensor's bytes are not held (then
@@ -154,22 +160,15 @@ impl Layout {
         &self,
         key: &SourceKey,
         contents: &dyn EntryContents,
-        file: &std::fs::File,
-        path: &std::path::Path,
+        file: &File,
     ) -> Option<std::io::Result<()>> {
         let held: Vec<&[u8]> = (0..self.tensors.len())
             .map(|i| contents.bytes(i))
             .collect::<Option<_>>()?;
-        Some(self.write_bytes(key, &held, file, path))
+        Some(self.write_bytes(key, &held, file))
     }
 
-    fn write_bytes(
-        &self,
-        key: &SourceKey,
-        held: &[&[u8]],
-        file: &std::fs::File,
-        path: &std::path::Path,
-    ) -> std::io::Result<()> {
+    fn write_bytes(&self, key: &SourceKey, held: &[&[u8]], file: &File) -> std::io::Result<()> {
         for ((t, range), bytes) in self.tensors.iter().zip(&self.ranges).zip(held) {
             if bytes.len() != range.len() {
                 let why = format!(
@@ -186,12 +185,9 @@ impl Layout {
             .collect();
         // The checksums go in the header, written last: they are computed
         // on a thread of their own while the tensors go to the disk.
-        let ((sums, sample), written) = std::thread::scope(|scope| {
-            let hashing = scope.spawn(|| {
-                let sums: Vec<u64> = held.iter().map(|b| xxh3_64(b)).collect();
-                (sums, sample_hash(held.iter().copied()))
-            });
-            let written = write_pieces(file, path, self.len, &pieces);
+        let (sums, written) = std::thread::scope(|scope| {
+            let hashing = scope.spawn(|| held.iter().map(|b| xxh3_64(b)).collect::<Vec<u64>>());
+            let written = write_pieces(file, self.len, &pieces);
             let hashed = hashing
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -199,15 +195,15 @@ impl Layout {
         });
         written?;
         let header = self
-            .header(key, &sums, sample)
+            .header(key, &sums)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         write_at(file, &header, 0)
     }
 
-    /// The header, with the tensors' checksums `sums`, the sampled
-    /// checksum `sample`, and its own checksum in place.
-    fn header(&self, key: &SourceKey, sums: &[u64], sample: u64) -> Result<Vec<u8>> {
-        let (mut header, _) = self.writer(key, sums, sample, 0).header_bytes();
+    /// The header, with the tensors' checksums `sums` and its own checksum
+    /// in place.
+    fn header(&self, key: &SourceKey, sums: &[u64]) -> Result<Vec<u8>> {
+        let (mut header, _) = self.writer(key, sums, 0).header_bytes();
         assert_eq!(
             header.len(),
             self.header_len,
@@ -225,18 +221,6 @@ fn u64_array(v: &[u64]) -> OwnedValue {
         ValueType::U64,
         v.iter().map(|&x| OwnedValue::U64(x)).collect(),
     )
-}
-
-/// XXH3-64 of both ends of each tensor: what an open checks of the data.
-fn sample_hash<'a>(tensors: impl Iterator<Item = &'a [u8]>) -> u64 {
-    let mut h = Xxh3::new();
-    for bytes in tensors {
-        for r in sample_ranges(0, bytes.len() as u64) {
-            // Within `bytes`, whose length fits usize.
-            h.update(&bytes[r.start as usize..r.end as usize]);
-        }
-    }
-    h.digest()
 }
 
 /// XXH3-64 of `header` with its 8 bytes at `at` taken as zero.
@@ -280,10 +264,10 @@ pub(crate) enum Problem {
     NotAnEntry(String),
     /// The header's checksum does not match.
     Index,
-    /// The sampled data's checksum does not match.
-    Sample,
-    /// A tensor's checksum does not match (found by [`verify`]).
+    /// A tensor's checksum does not match.
     Tensor(String),
+    /// The file could not be read.
+    Unreadable(String),
 }
 
 impl std::fmt::Display for Problem {
@@ -292,17 +276,38 @@ impl std::fmt::Display for Problem {
             Problem::WrongKey => f.write_str("its key is another source's or transform's"),
             Problem::NotAnEntry(why) => write!(f, "not a cache entry: {why}"),
             Problem::Index => f.write_str("the header's checksum does not match"),
-            Problem::Sample => f.write_str("the sampled tensor bytes' checksum does not match"),
             Problem::Tensor(name) => write!(f, "tensor '{name}': checksum does not match"),
+            Problem::Unreadable(why) => write!(f, "cannot be read: {why}"),
         }
     }
 }
 
-/// The cheap checks of an open: the key, the header's checksum, and both
-/// ends of every tensor. `expected_key` is `None` for a check that does not
-/// know the source (`cache verify`).
-pub(crate) fn check(weights: &Weights, expected_key: Option<&str>) -> Result<(), Problem> {
-    let md = weights
+/// The header of the file `file` (at `label`, for messages) if it is an
+/// entry by its contents: a GGUF header whose stored key hashes to
+/// `name_hash`, the entry's file name. Anything else in the directory (a
+/// model that happens to be named like an entry, a file cut short before
+/// its key) is not an entry: never listed, checked or removed.
+pub(crate) fn identify(file: &File, label: &Path, name_hash: &str) -> Option<Header> {
+    let len = file.metadata().ok()?.len();
+    let header = read_header(file, len, label).ok()?;
+    let md = header.gguf_metadata()?;
+    let key = md.get_str(KEY).ok()?;
+    (hash_of(key) == name_hash).then_some(())?;
+    Some(header)
+}
+
+/// Every check of the entry in `file`, whose header is
+/// `header`: its key (when `expected_key` is given; `None` for a check that
+/// does not know the source, `cache verify`), the header's checksum, and
+/// every byte of every tensor against its stored checksum, read from the
+/// file itself, so that what is checked does not depend on how the entry
+/// is then loaded (mapped or streamed, into host or device buffers).
+pub(crate) fn check(
+    file: &File,
+    header: &Header,
+    expected_key: Option<&str>,
+) -> Result<(), Problem> {
+    let md = header
         .gguf_metadata()
         .ok_or_else(|| Problem::NotAnEntry("not GGUF".into()))?;
     let field = |key: &str| Problem::NotAnEntry(format!("no {key}"));
@@ -316,53 +321,106 @@ pub(crate) fn check(weights: &Weights, expected_key: Option<&str>) -> Result<(),
         .find(|kv| kv.key == INDEX_XXH3)
         .and_then(|kv| usize::try_from(kv.value.start).ok())
         .ok_or_else(|| field(INDEX_XXH3))?;
-    let raw = weights.header().raw();
-    if at + 8 > raw.len() || index_hash(raw, at) != stored {
+    // The header as written: through the data offset, padding included
+    // (an owning header's own bytes stop before the padding).
+    let head_len = usize::try_from(header.data_offset()).map_err(|_| Problem::Index)?;
+    let mut head = vec![0u8; head_len];
+    read_at(file, &mut head, 0).map_err(|e| Problem::Unreadable(e.to_string()))?;
+    if at + 8 > head.len() || index_hash(&head, at) != stored {
         return Err(Problem::Index);
     }
-    let stored: u64 = md.get_int(SAMPLE_XXH3).map_err(|_| field(SAMPLE_XXH3))?;
-    let bytes: Option<Vec<&[u8]>> = weights.tensors().map(|t| t.host_bytes()).collect();
-    let bytes =
-        bytes.ok_or_else(|| Problem::NotAnEntry("a tensor is not in host memory".into()))?;
-    if sample_hash(bytes.into_iter()) != stored {
-        return Err(Problem::Sample);
-    }
-    Ok(())
-}
-
-/// Every check: [`check`], then every byte of every tensor against its
-/// stored checksum.
-pub(crate) fn verify(weights: &Weights) -> Result<(), Problem> {
-    check(weights, None)?;
-    let md = weights
-        .gguf_metadata()
-        .ok_or_else(|| Problem::NotAnEntry("not GGUF".into()))?;
     let sums: Vec<u64> = md
         .get_array(TENSOR_XXH3)
         .and_then(|a| a.values::<u64>().map(|v| v.collect()))
-        .map_err(|_| Problem::NotAnEntry(format!("no {TENSOR_XXH3}")))?;
-    if sums.len() != weights.len() {
+        .map_err(|_| field(TENSOR_XXH3))?;
+    let tensors = header.tensors();
+    if sums.len() != tensors.len() {
         return Err(Problem::NotAnEntry(format!(
             "{} checksums for {} tensors",
             sums.len(),
-            weights.len()
+            tensors.len()
         )));
     }
-    for (t, sum) in weights.tensors().zip(sums) {
-        let bytes = t
-            .host_bytes()
-            .ok_or_else(|| Problem::NotAnEntry("a tensor is not in host memory".into()))?;
-        if xxh3_64(bytes) != sum {
-            return Err(Problem::Tensor(t.name().to_owned()));
+    let ranges: Vec<Range<u64>> = tensors.iter().map(|t| t.file_range()).collect();
+    let got = hash_ranges(file, &ranges).map_err(|e| Problem::Unreadable(e.to_string()))?;
+    for ((t, want), got) in tensors.iter().zip(sums).zip(got) {
+        if want != got {
+            return Err(Problem::Tensor(t.name.to_owned()));
         }
     }
     Ok(())
 }
 
-/// Whether the file at `path` is an entry whose key is `key` (its header
-/// alone is read).
-pub(crate) fn has_key(path: &std::path::Path, key: &str) -> bool {
-    crate::format::Header::read(path).is_ok_and(|h| {
+/// XXH3-64 of each of `ranges` of `file`, on up to four threads (the
+/// largest ranges first), read through a read-only mapping of the file
+/// whose pages a mapped load then finds in the page cache; through
+/// positioned reads where the file cannot be mapped.
+fn hash_ranges(file: &File, ranges: &[Range<u64>]) -> std::io::Result<Vec<u64>> {
+    let Some(end) = ranges.iter().map(|r| r.end).max().filter(|&e| e > 0) else {
+        return Ok(vec![xxh3_64(&[]); ranges.len()]);
+    };
+    // SAFETY: the entry is a file of this user's in a directory only this
+    // user can write, and weightmap never writes an entry once it is
+    // renamed into place (it renames another over it, or removes it,
+    // which leaves this mapping intact): nothing modifies or truncates it
+    // while the mapping, dropped before this returns, lives.
+    let map = unsafe { Mapping::map_range(file, 0, end) };
+    let mut order: Vec<usize> = (0..ranges.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(ranges[i].end - ranges[i].start));
+    let next = AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    let results: Vec<Vec<(usize, std::io::Result<u64>)>> = std::thread::scope(|scope| {
+        let work = || {
+            let mut out = Vec::new();
+            while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                let r = &ranges[i];
+                let sum = match &map {
+                    Ok(map) => {
+                        // Within the mapping, which is `end` bytes long.
+                        let (s, e) = (r.start as usize, r.end as usize);
+                        map.will_need(s, e);
+                        Ok(xxh3_64(&map.bytes()[s..e]))
+                    }
+                    Err(_) => hash_by_reads(file, r.clone()),
+                };
+                out.push((i, sum));
+            }
+            out
+        };
+        let handles: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
+        let mut all = vec![work()];
+        for h in handles {
+            all.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        }
+        all
+    });
+    let mut sums = vec![0u64; ranges.len()];
+    for (i, sum) in results.into_iter().flatten() {
+        sums[i] = sum?;
+    }
+    Ok(sums)
+}
+
+/// XXH3-64 of `range` of `file`, read in pieces.
+fn hash_by_reads(file: &File, range: Range<u64>) -> std::io::Result<u64> {
+    const PIECE: u64 = 4 << 20;
+    let mut h = Xxh3::new();
+    let mut buf = vec![0u8; range.end.saturating_sub(range.start).min(PIECE) as usize];
+    let mut at = range.start;
+    while at < range.end {
+        // At most PIECE, which fits usize.
+        let n = (range.end - at).min(PIECE) as usize;
+        read_at(file, &mut buf[..n], at)?;
+        h.update(&buf[..n]);
+        at += n as u64;
+    }
+    Ok(h.digest())
+}
+
+/// Whether the file `file` (at `label`) is an entry whose key is `key`
+/// (its header alone is read).
+pub(crate) fn has_key(file: &File, label: &Path, key: &str) -> bool {
+    identify(file, label, &hash_of(key)).is_some_and(|h| {
         h.gguf_metadata()
             .is_some_and(|md| md.get_str(KEY).is_ok_and(|k| k == key))
     })
@@ -373,13 +431,16 @@ pub(crate) fn has_key(path: &std::path::Path, key: &str) -> bool {
 #[non_exhaustive]
 pub struct EntryInfo {
     /// The entry's file.
-    pub path: std::path::PathBuf,
+    pub path: PathBuf,
     /// Its length in bytes.
     pub bytes: u64,
     /// When it was last used (its modification time, set on every hit).
     pub last_used: SystemTime,
-    /// The source it was made from.
+    /// The source it was made from, for people: its path, with any byte
+    /// that is not UTF-8 replaced (`source_path` is exact).
     pub source: String,
+    /// The source's path exactly as it was loaded.
+    pub source_path: PathBuf,
     /// The transform's name.
     pub transform: String,
     /// The transform's version.
@@ -393,19 +454,31 @@ pub struct EntryInfo {
 }
 
 impl EntryInfo {
-    /// Read what the header of the entry at `path` says of it.
-    pub(crate) fn read(path: &std::path::Path) -> Result<EntryInfo> {
-        let meta = std::fs::metadata(path).map_err(|e| Error::io("stat", path, e))?;
-        let header = crate::format::Header::read(path)?;
+    /// What the header `header` of the entry at `path` (`bytes` long, last
+    /// modified at `last_used`) says of it.
+    pub(crate) fn of(
+        header: &Header,
+        path: PathBuf,
+        bytes: u64,
+        last_used: SystemTime,
+    ) -> Result<EntryInfo> {
         let md = header.gguf_metadata().ok_or(Error::UnknownFormat)?;
         let key = md.get_str(KEY)?;
         let source = md.get_str(SOURCE)?.to_owned();
+        let exact = md
+            .get_array(SOURCE_OS)?
+            .values::<u8>()?
+            .collect::<Vec<u8>>();
+        let source_path = path_from_bytes(&exact).ok_or_else(|| Error::KeyNotFound {
+            key: SOURCE_OS.into(),
+        })?;
         Ok(EntryInfo {
-            path: path.to_owned(),
-            bytes: meta.len(),
-            last_used: meta.modified().unwrap_or(UNIX_EPOCH),
-            source_current: super::key::still_describes(key, std::path::Path::new(&source)),
+            path,
+            bytes,
+            last_used,
+            source_current: super::key::still_describes(key, &source_path),
             source,
+            source_path,
             transform: md.get_str(TRANSFORM)?.to_owned(),
             transform_version: md.get_int(TRANSFORM_VERSION)?,
             tensors: header.tensors().len(),

@@ -1,6 +1,8 @@
 //! An entry's key: what must be equal for a cached transform to stand for
 //! the one that would run now. The source's identity (device, inode, size,
-//! modification time), a fingerprint of its header and of a sample of each
+//! modification time, and the status change time, which no unprivileged
+//! call sets back, so a rewrite whose modification time was restored still
+//! changes it), a fingerprint of its header and of a sample of each
 //! tensor's bytes, the transform's name, version and machine facts, and the
 //! facts weightmap adds itself (the page size, the architecture, the entry
 //! format). Any change gives another key, so a stale entry is never found,
@@ -15,11 +17,11 @@ use xxhash_rust::xxh3::{xxh3_128, Xxh3};
 
 use crate::error::{Error, Result};
 use crate::format::{read_header, Header};
-use crate::os::{file_identity, page_size, read_at};
+use crate::os::{change_time_ns, file_identity, open_regular, page_size, read_at};
 
 /// The version of the entry layout ([`super::entry`]): part of every key,
 /// so entries of another layout are never read.
-pub(crate) const ENTRY_FORMAT: u32 = 1;
+pub(crate) const ENTRY_FORMAT: u32 = 2;
 
 /// How many bytes of each end of a tensor the fingerprint reads.
 pub(crate) const SAMPLE: u64 = 4096;
@@ -74,7 +76,7 @@ impl SourceKey {
     pub(crate) fn of(path: &Path, transform: &TransformId) -> Result<SourceKey> {
         let path = std::path::absolute(path).map_err(|e| Error::io("resolve", path, e))?;
         let text = key_text(&source_facts(&path)?, transform);
-        let hash = format!("{:032x}", xxh3_128(text.as_bytes()));
+        let hash = hash_of(&text);
         Ok(SourceKey { path, text, hash })
     }
 
@@ -83,6 +85,11 @@ impl SourceKey {
     pub(crate) fn still_current(&self) -> bool {
         still_describes(&self.text, &self.path)
     }
+}
+
+/// The key `text`'s 128-bit hash, as 32 hex digits: its entry's file name.
+pub(crate) fn hash_of(text: &str) -> String {
+    format!("{:032x}", xxh3_128(text.as_bytes()))
 }
 
 /// Whether the file at `path` is still the source `key_text` (an entry's
@@ -94,20 +101,22 @@ pub(crate) fn still_describes(key_text: &str, path: &Path) -> bool {
 
 /// The source's lines of a key: its identity and fingerprint.
 fn source_facts(path: &Path) -> Result<String> {
-    let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
-    let [dev, ino, size, mtime] = identity_of(&file, path)?;
+    // Never a FIFO or a device: their open could wait, or act.
+    let file = open_regular(path).map_err(|e| Error::io("open", path, e))?;
+    let [dev, ino, size, mtime, ctime] = identity_of(&file, path)?;
     let header = read_header(&file, size, path)?;
     let fingerprint = fingerprint(&header, |offset, buf| {
         read_at(&file, buf, offset).map_err(|e| Error::io("read", path, e))
     })?;
     Ok(format!(
         "source.device={dev}\nsource.inode={ino}\nsource.size={size}\nsource.mtime_ns={mtime}\n\
-         source.fingerprint={fingerprint:016x}\n"
+         source.ctime_ns={ctime}\nsource.fingerprint={fingerprint:016x}\n"
     ))
 }
 
-/// Device, inode, size and modification time in nanoseconds.
-pub(crate) fn identity_of(file: &File, path: &Path) -> Result<[u64; 4]> {
+/// Device, inode, size, and the modification and change times in
+/// nanoseconds.
+pub(crate) fn identity_of(file: &File, path: &Path) -> Result<[u64; 5]> {
     let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
     let (dev, ino) = file_identity(file).map_err(|e| Error::io("stat", path, e))?;
     let mtime = meta
@@ -115,7 +124,8 @@ pub(crate) fn identity_of(file: &File, path: &Path) -> Result<[u64; 4]> {
         .ok()
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-    Ok([dev, ino, meta.len(), mtime])
+    let ctime = change_time_ns(file).map_err(|e| Error::io("stat", path, e))?;
+    Ok([dev, ino, meta.len(), mtime, ctime])
 }
 
 /// A cheap fingerprint of a model: its header's bytes, then the first and

@@ -51,15 +51,20 @@
 //!   into place, and the directory fsynced. Two processes filling one
 //!   entry each rename a whole file; one killed leaves only a temporary
 //!   file, which no load reads and `prune` removes.
-//! - **Reads**: an entry is a GGUF file; the loader validates
-//!   it as any model, then its key, the header's checksum and both ends of
-//!   every tensor are checked. One that fails is replaced.
+//! - **Reads**: an entry is a GGUF file, opened once (never through a
+//!   link, never a FIFO or a device); its key, the header's checksum and
+//!   every byte of every tensor are checked from that open file, which is
+//!   then loaded like any model, in any mode and into any buffer type. One
+//!   that fails is replaced.
 //! - **Where**: `$WEIGHTMAP_CACHE_DIR`, else `$XDG_CACHE_HOME/weightmap`,
 //!   else `~/.cache/weightmap` (Windows: `%LOCALAPPDATA%\weightmap`); at
 //!   most `$WEIGHTMAP_CACHE_MAX_SIZE` bytes (default 16 GiB), the least
-//!   recently used entries pruned first. A directory another user can
-//!   write is refused. Whenever the cache cannot serve, the transform runs
-//!   in memory and the report says why.
+//!   recently used entries pruned first. The directory is opened once and
+//!   every file in it reached through that handle; a directory another
+//!   user owns or can write, or whose path another user could redirect,
+//!   is refused, and one others can only read is made private. Entries are
+//!   the user's alone (0600). Whenever the cache cannot serve, the
+//!   transform runs in memory and the report says why.
 
 mod entry;
 mod key;
@@ -67,7 +72,9 @@ mod report;
 mod store;
 mod transform;
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 pub use entry::EntryInfo;
@@ -76,9 +83,14 @@ pub use report::{CacheBypass, CacheOutcome, CacheReport};
 pub use store::PruneReport;
 pub use transform::{EntryContents, PlannedTensor, Transform};
 
-use crate::error::{Error, Result};
+use crate::buffer::CpuBufferType;
+use crate::error::Result;
 use crate::loader::{LoadOptions, Weights};
+use crate::os::PrivateDir;
 use key::SourceKey;
+
+/// The variable that sets the user's cache's size limit.
+const MAX_SIZE_VAR: &str = "WEIGHTMAP_CACHE_MAX_SIZE";
 
 /// A cache directory and its size limit. Cheap to make: nothing is read or
 /// created until a load needs it.
@@ -86,7 +98,8 @@ use key::SourceKey;
 pub struct Cache {
     /// The directory, or why there is none.
     dir: std::result::Result<PathBuf, CacheBypass>,
-    max_size: u64,
+    /// The size limit, or why `$WEIGHTMAP_CACHE_MAX_SIZE` gives none.
+    max_size: std::result::Result<u64, CacheBypass>,
 }
 
 /// The transformed tensors of a cached load, and what the cache did.
@@ -94,6 +107,8 @@ pub struct Cache {
 pub struct Cached {
     weights: Weights,
     report: CacheReport,
+    /// The entry's file, open: what was checked and loaded.
+    file: Option<File>,
 }
 
 impl Cached {
@@ -112,6 +127,14 @@ impl Cached {
     pub fn report(&self) -> &CacheReport {
         &self.report
     }
+
+    /// The entry's file, open (`None` in memory): the very file that was
+    /// checked and loaded. A caller that maps the entry again (Python's
+    /// copy-on-write tensors, say) maps this, never the entry's path,
+    /// which another fill may rename over or a prune remove meanwhile.
+    pub fn entry_file(&self) -> Option<&File> {
+        self.file.as_ref()
+    }
 }
 
 impl Default for Cache {
@@ -129,15 +152,13 @@ impl Cache {
     /// `%LOCALAPPDATA%\weightmap`), with `$WEIGHTMAP_CACHE_MAX_SIZE` (a
     /// byte count such as `20G`, [`parse_size`]) as its limit. With no
     /// directory to be had, every load runs in memory
-    /// ([`CacheBypass::NoDirectory`]).
+    /// ([`CacheBypass::NoDirectory`]). A limit that is not a byte count is
+    /// [`CacheBypass::InvalidMaxSize`]: hits still serve, but nothing is
+    /// written (no limit could be kept), and [`Cache::limit`] says why.
     pub fn new() -> Cache {
-        let max_size = std::env::var("WEIGHTMAP_CACHE_MAX_SIZE")
-            .ok()
-            .and_then(|s| parse_size(&s).ok())
-            .unwrap_or(Cache::DEFAULT_MAX_SIZE);
         Cache {
             dir: default_dir().ok_or(CacheBypass::NoDirectory),
-            max_size,
+            max_size: max_size_from_env(),
         }
     }
 
@@ -145,8 +166,15 @@ impl Cache {
     pub fn at(dir: impl Into<PathBuf>) -> Cache {
         Cache {
             dir: Ok(dir.into()),
-            max_size: Cache::DEFAULT_MAX_SIZE,
+            max_size: Ok(Cache::DEFAULT_MAX_SIZE),
         }
+    }
+
+    /// The same cache's limit (and any problem with it), in `dir`: the
+    /// user's limit for a directory of the caller's.
+    pub fn in_dir(mut self, dir: impl Into<PathBuf>) -> Cache {
+        self.dir = Ok(dir.into());
+        self
     }
 
     /// No cache: every load transforms into memory
@@ -154,13 +182,13 @@ impl Cache {
     pub fn off() -> Cache {
         Cache {
             dir: Err(CacheBypass::Off),
-            max_size: 0,
+            max_size: Ok(0),
         }
     }
 
     /// The same cache, holding at most `bytes` (pruned after each fill).
     pub fn max_size(mut self, bytes: u64) -> Cache {
-        self.max_size = bytes;
+        self.max_size = Ok(bytes);
         self
     }
 
@@ -169,9 +197,20 @@ impl Cache {
         self.dir.as_deref().ok()
     }
 
-    /// The size limit in bytes.
+    /// The size limit in bytes ([`Cache::DEFAULT_MAX_SIZE`] where
+    /// `$WEIGHTMAP_CACHE_MAX_SIZE` is not a byte count: [`Cache::limit`]
+    /// says so).
     pub fn size_limit(&self) -> u64 {
-        self.max_size
+        self.limit().unwrap_or(Cache::DEFAULT_MAX_SIZE)
+    }
+
+    /// The size limit, or why there is none
+    /// ([`CacheBypass::InvalidMaxSize`]).
+    ///
+    /// # Errors
+    /// The [`CacheBypass`] naming the variable, its value and what is wrong.
+    pub fn limit(&self) -> std::result::Result<u64, &CacheBypass> {
+        self.max_size.as_ref().copied()
     }
 
     /// `transform` of the model at `source`: mapped from its entry if the
@@ -206,8 +245,10 @@ impl Cache {
             Lookup::Hit(cached) => return Ok(cached),
             Lookup::Miss(miss) => miss,
         };
+        // The transform reads the source's bytes on the host, whatever
+        // buffer type the transformed tensors go to.
         // SAFETY: the caller's contract covers the source.
-        let src = unsafe { Weights::load(source, options)? };
+        let src = unsafe { Weights::load(source, &host_options(options))? };
         let mut contents = transform.contents(&src)?;
         // SAFETY: the caller's contract, passed on.
         unsafe { miss.store(&mut contents, options) }
@@ -265,53 +306,84 @@ impl Cache {
     ) -> Result<Lookup> {
         let started = Instant::now();
         let key = SourceKey::of(source.as_ref(), id)?;
-        let dir = self.usable_dir();
+        let (dir, made_private) = match self.usable_dir() {
+            Ok((dir, note)) => (Ok(dir), note),
+            Err(why) => (Err(why), None),
+        };
         let mut replaced = None;
         if let Ok(dir) = &dir {
-            let path = store::entry_path(dir, &key.hash);
             // SAFETY: the caller's contract covers the cache's entries.
-            match unsafe { store::open_entry(&path, &key.text, options) } {
-                Ok(Some(weights)) => {
-                    store::touch(&path);
+            match unsafe { store::open_entry(dir, &key, options) } {
+                Ok(Some(found)) => {
                     let report = CacheReport {
                         outcome: CacheOutcome::Hit,
-                        entry: Some(path),
+                        entry: Some(found.path),
                         key: key.hash,
                         replaced: None,
+                        made_private,
                         elapsed: started.elapsed(),
                     };
-                    return Ok(Lookup::Hit(Cached { weights, report }));
+                    return Ok(Lookup::Hit(Cached {
+                        weights: found.weights,
+                        report,
+                        file: Some(found.file),
+                    }));
                 }
                 Ok(None) => {}
                 Err(problem) => replaced = Some(problem),
             }
         }
+        // A fill needs a limit to keep: without one, nothing is written.
+        let dir = match (&self.max_size, dir) {
+            (Err(why), Ok(_)) => Err(why.clone()),
+            (_, dir) => dir,
+        };
         Ok(Lookup::Miss(Miss {
             key,
             id: id.clone(),
             dir,
-            max_size: self.max_size,
+            max_size: self.size_limit(),
             replaced,
+            made_private,
             started,
         }))
     }
 
-    /// The directory, created if missing, if it may be used.
-    fn usable_dir(&self) -> Result<PathBuf, CacheBypass> {
-        let dir = self.dir.clone()?;
-        store::usable(&dir)?;
-        Ok(dir)
+    /// The directory, opened (created if missing) and checked, if it may
+    /// be used, and what was made private.
+    fn usable_dir(&self) -> Result<store::OpenedDir, CacheBypass> {
+        let path = self.dir.as_ref().map_err(Clone::clone)?;
+        let opened = store::open_dir(path, true)?;
+        // Created when missing: `None` only if it vanished in between.
+        opened.ok_or_else(|| CacheBypass::Io {
+            dir: path.clone(),
+            op: "open",
+            error: "the directory vanished as it was created".into(),
+        })
+    }
+
+    /// The directory as it is, for listing and housekeeping: `None` when
+    /// there is none; an error when it may not be used.
+    fn existing_dir(&self) -> Result<Option<Arc<PrivateDir>>> {
+        match self.dir() {
+            Some(path) => store::open_existing(path),
+            None => Ok(None),
+        }
     }
 
     /// Every entry, with what its header says or why it cannot be read.
-    /// Temporary files of fills under way (or killed) are not listed.
+    /// An entry is a regular file of this user's whose stored key hashes to
+    /// its name; nothing else in the directory is listed (a model that
+    /// happens to be named like one, a FIFO), nor are the temporary files
+    /// of fills under way (or killed).
     ///
     /// # Errors
-    /// [`crate::Error::Io`] when the directory cannot be read; none when
-    /// it does not exist (no entries).
+    /// [`crate::Error::Io`] when the directory cannot be read, or may not be
+    /// used (the same rules as a load's: `PermissionDenied`, naming the
+    /// problem); none when it does not exist (no entries).
     pub fn entries(&self) -> Result<Vec<(PathBuf, Result<EntryInfo>)>> {
-        match self.dir() {
-            Some(dir) => store::entries(dir),
+        match self.existing_dir()? {
+            Some(dir) => store::entries(&dir),
             None => Ok(Vec::new()),
         }
     }
@@ -324,18 +396,12 @@ impl Cache {
     /// does; a user's `truncate` on an entry would).
     ///
     /// # Errors
-    /// [`crate::Error::Io`] when the directory cannot be read.
+    /// As [`Cache::entries`].
     pub unsafe fn verify(&self) -> Result<Vec<(PathBuf, std::result::Result<(), String>)>> {
-        let Some(dir) = self.dir() else {
-            return Ok(Vec::new());
-        };
-        let mut out = Vec::new();
-        for (path, _) in store::entries(dir)? {
-            // SAFETY: the caller's contract.
-            let verdict = unsafe { store::verify_entry(&path) };
-            out.push((path, verdict));
+        match self.existing_dir()? {
+            Some(dir) => store::verify(&dir),
+            None => Ok(Vec::new()),
         }
-        Ok(out)
     }
 
     /// Remove the entry at `path` (one [`Cache::entries`] or
@@ -344,15 +410,13 @@ impl Cache {
     ///
     /// # Errors
     /// [`crate::Error::Io`] when it cannot be removed; `NotFound` when
-    /// `path` is not an entry of this cache (nothing else is ever removed).
+    /// `path` is not an entry of this cache by its contents (nothing else
+    /// is ever removed); as [`Cache::entries`].
     pub fn remove(&self, path: &Path) -> Result<()> {
-        let ours =
-            self.dir().is_some_and(|d| path.parent() == Some(d)) && store::is_entry_path(path);
-        if !ours {
-            let e = std::io::Error::new(std::io::ErrorKind::NotFound, "not an entry of this cache");
-            return Err(Error::io("remove", path, e));
+        match self.existing_dir()? {
+            Some(dir) => store::remove_entry(&dir, path),
+            None => Err(store::not_an_entry(path)),
         }
-        std::fs::remove_file(path).map_err(|e| Error::io("remove", path, e))
     }
 
     /// Remove the entries whose source changed or is gone, then the least
@@ -360,10 +424,10 @@ impl Cache {
     /// temporary files of fills that were killed.
     ///
     /// # Errors
-    /// [`crate::Error::Io`] when the directory cannot be read.
+    /// As [`Cache::entries`].
     pub fn prune(&self, max_size: u64) -> Result<PruneReport> {
-        match self.dir() {
-            Some(dir) => store::prune(dir, max_size, None),
+        match self.existing_dir()? {
+            Some(dir) => store::prune(&dir, max_size, None),
             None => Ok(PruneReport::default()),
         }
     }
@@ -389,14 +453,24 @@ pub enum Lookup {
 }
 
 /// A lookup that found no usable entry: what storing one needs.
-#[derive(Debug)]
 pub struct Miss {
     key: SourceKey,
     id: TransformId,
-    dir: Result<PathBuf, CacheBypass>,
+    dir: Result<Arc<PrivateDir>, CacheBypass>,
     max_size: u64,
     replaced: Option<String>,
+    made_private: Option<String>,
     started: Instant,
+}
+
+impl std::fmt::Debug for Miss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Miss")
+            .field("key", &self.key.hash)
+            .field("id", &self.id)
+            .field("replaced", &self.replaced)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What [`Miss::write`] did.
@@ -429,19 +503,29 @@ impl Miss {
         options: &LoadOptions,
     ) -> Result<Cached> {
         let layout = entry::Layout::plan(&self.key, &self.id, contents)?;
-        let written = match self.prepare_planned(&layout, contents)? {
-            Prepared::Entry(pending) => pending.commit(),
-            Prepared::Bypassed(why) => Written::Bypassed(why),
+        let committed = match self.prepare_planned(&layout, contents)? {
+            Prepared::Entry(pending) => pending.commit_open(),
+            Prepared::Bypassed(why) => Err(why),
         };
-        let (weights, outcome, entry) = match written {
-            Written::Entry(path) => {
-                // SAFETY: the caller's contract covers the cache's entries.
-                let weights = unsafe { store::open_written(&path, &self.key.text, options)? };
-                (weights, CacheOutcome::Filled, Some(path))
-            }
-            Written::Bypassed(why) => {
+        // The file written is loaded through its own handle: an entry
+        // removed or replaced under its name meanwhile changes nothing.
+        let loaded = match committed {
+            // SAFETY: the caller's contract covers the cache's entries.
+            Ok((path, file)) => match unsafe { store::load_open(&file, &path, options) } {
+                Ok(weights) => Ok((weights, path, file)),
+                Err(e) => Err(CacheBypass::Io {
+                    dir: path.clone(),
+                    op: "load",
+                    error: e.to_string(),
+                }),
+            },
+            Err(why) => Err(why),
+        };
+        let (weights, outcome, entry, file) = match loaded {
+            Ok((weights, path, file)) => (weights, CacheOutcome::Filled, Some(path), Some(file)),
+            Err(why) => {
                 let weights = store::in_memory(&self.key, &layout, contents, options)?;
-                (weights, CacheOutcome::InMemory(why), None)
+                (weights, CacheOutcome::InMemory(why), None, None)
             }
         };
         let report = CacheReport {
@@ -449,9 +533,14 @@ impl Miss {
             entry,
             key: self.key.hash,
             replaced: self.replaced,
+            made_private: self.made_private,
             elapsed: self.started.elapsed(),
         };
-        Ok(Cached { weights, report })
+        Ok(Cached {
+            weights,
+            report,
+            file,
+        })
     }
 
     /// Write `contents` as the entry, and say where, or why the cache could
@@ -495,7 +584,6 @@ impl Miss {
             Ok(filled) => Ok(Prepared::Entry(PendingEntry {
                 filled,
                 key: self.key.clone(),
-                dir: dir.clone(),
                 max_size: self.max_size,
             })),
             Err(store::Unwritten::Bypass(why)) => Ok(Prepared::Bypassed(why)),
@@ -519,7 +607,6 @@ pub enum Prepared {
 pub struct PendingEntry {
     filled: store::Filled,
     key: SourceKey,
-    dir: PathBuf,
     max_size: u64,
 }
 
@@ -532,10 +619,17 @@ impl std::fmt::Debug for PendingEntry {
 }
 
 impl PendingEntry {
-    /// The temporary file holding the entry's bytes. A mapping of it made
-    /// now stays valid, and the same bytes, after the commit renames it.
+    /// The temporary file holding the entry's bytes, for messages: map
+    /// [`PendingEntry::file`], not this path.
     pub fn path(&self) -> &Path {
         self.filled.path()
+    }
+
+    /// The file holding the entry's bytes, open. A mapping of it made now
+    /// stays valid, and the same bytes, after the commit renames it, and
+    /// after anything else is renamed over or removes its name.
+    pub fn file(&self) -> &File {
+        self.filled.file()
     }
 
     /// Wait for the bytes to reach the disk, check that the source did not
@@ -544,19 +638,59 @@ impl PendingEntry {
     /// the temporary file is then removed, and whoever maps it keeps its
     /// bytes.
     pub fn commit(self) -> Written {
-        match store::commit(self.filled, &self.dir, &self.key) {
-            Ok(path) => {
+        match self.commit_open() {
+            Ok((path, _)) => Written::Entry(path),
+            Err(why) => Written::Bypassed(why),
+        }
+    }
+
+    /// [`PendingEntry::commit`], keeping the file written open.
+    fn commit_open(self) -> std::result::Result<(PathBuf, File), CacheBypass> {
+        let dir = self.filled.dir().clone();
+        match store::commit(self.filled, &self.key) {
+            Ok((path, file)) => {
                 // Pruning is housekeeping: a failure leaves the cache
-                // larger, never wrong.
-                let _ = store::prune(&self.dir, self.max_size, Some(&path));
-                Written::Entry(path)
+                // larger, never wrong; and the file is open here, so a
+                // prune that removes it (another process's limit) takes
+                // nothing from this load.
+                let _ = store::prune(&dir, self.max_size, Some(&path));
+                Ok((path, file))
             }
-            Err(store::Unwritten::Bypass(why)) => Written::Bypassed(why),
-            Err(store::Unwritten::Failed(e)) => Written::Bypassed(CacheBypass::Io {
-                dir: self.dir,
+            Err(store::Unwritten::Bypass(why)) => Err(why),
+            Err(store::Unwritten::Failed(e)) => Err(CacheBypass::Io {
+                dir: dir.path().to_owned(),
                 op: "commit",
                 error: e.to_string(),
             }),
+        }
+    }
+}
+
+/// The options the transform's source is loaded with: the caller's, with
+/// every tensor on the host (a CPU buffer type of the caller's alignment),
+/// since the transform reads their bytes.
+fn host_options(options: &LoadOptions) -> LoadOptions {
+    let all_host = options.route.is_none() && options.buffer_type.is_host();
+    if all_host {
+        return options.clone();
+    }
+    let align = options.buffer_type.alignment();
+    let cpu = CpuBufferType::with_alignment(align).unwrap_or_else(|_| CpuBufferType::new());
+    let mut opts = options.clone().buffer_type(Arc::new(cpu));
+    opts.route = None;
+    opts
+}
+
+/// `$WEIGHTMAP_CACHE_MAX_SIZE`, parsed; the default when it is unset.
+fn max_size_from_env() -> std::result::Result<u64, CacheBypass> {
+    match std::env::var_os(MAX_SIZE_VAR) {
+        None => Ok(Cache::DEFAULT_MAX_SIZE),
+        Some(v) => {
+            let text = v.to_string_lossy().into_owned();
+            parse_size(&text).map_err(|problem| CacheBypass::InvalidMaxSize {
+                value: text,
+                problem,
+            })
         }
     }
 }

@@ -71,6 +71,14 @@ pub enum CacheBypass {
         /// The source.
         path: PathBuf,
     },
+    /// `$WEIGHTMAP_CACHE_MAX_SIZE` is not a byte count: no limit could be
+    /// kept, so nothing is written (entries already there still serve).
+    InvalidMaxSize {
+        /// The variable's value.
+        value: String,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// Another I/O error.
     Io {
         /// The directory.
@@ -85,7 +93,7 @@ pub enum CacheBypass {
 impl CacheBypass {
     /// A short, stable name: `"off"`, `"no_directory"`, `"unsupported"`,
     /// `"unsafe_directory"`, `"read_only"`, `"no_space"`,
-    /// `"source_changed"`, `"io"`.
+    /// `"source_changed"`, `"invalid_max_size"`, `"io"`.
     pub fn name(&self) -> &'static str {
         match self {
             CacheBypass::Off => "off",
@@ -95,6 +103,7 @@ impl CacheBypass {
             CacheBypass::ReadOnly { .. } => "read_only",
             CacheBypass::NoSpace { .. } => "no_space",
             CacheBypass::SourceChanged { .. } => "source_changed",
+            CacheBypass::InvalidMaxSize { .. } => "invalid_max_size",
             CacheBypass::Io { .. } => "io",
         }
     }
@@ -126,6 +135,9 @@ impl fmt::Display for CacheBypass {
                 "{} changed while it was transformed; the result was not stored",
                 path.display()
             ),
+            CacheBypass::InvalidMaxSize { problem, .. } => {
+                write!(f, "WEIGHTMAP_CACHE_MAX_SIZE: {problem}")
+            }
             CacheBypass::Io { dir, op, error } => {
                 write!(f, "{op} in cache directory {}: {error}", dir.display())
             }
@@ -146,6 +158,9 @@ pub struct CacheReport {
     /// Why an entry that was there was not used, and replaced (a checksum
     /// that did not match, ...).
     pub replaced: Option<String>,
+    /// What was made private in the cache directory before it was used
+    /// (a directory other users could read or search), if anything.
+    pub made_private: Option<String>,
     /// Wall time of the whole cached load: lookup, transform and writes.
     pub elapsed: Duration,
 }
@@ -164,6 +179,9 @@ impl fmt::Display for CacheReport {
         }
         if let Some(why) = &self.replaced {
             write!(f, "; the entry that was there was replaced: {why}")?;
+        }
+        if let Some(what) = &self.made_private {
+            write!(f, "; the cache directory was made private: {what}")?;
         }
         Ok(())
     }

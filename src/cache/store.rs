@@ -1,19 +1,28 @@
 //! The cache directory: where entries are, how one is written so that no
 //! reader ever sees it torn, how one is opened and checked, and how the
 //! directory is kept within its size.
+//!
+//! The directory is opened once per use ([`PrivateDir`]) and checked
+//! through that handle; every entry is then created, opened, renamed and
+//! removed relative to it, never by a path that another user could make
+//! lead elsewhere. An entry that was opened is used through that open
+//! file: a load maps or reads the very file that was checked, and a fill
+//! loads the very file it wrote, whatever happens to their names meanwhile.
 
-use std::fs::{self, File, OpenOptions};
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::buffer::{CpuBuffer, CpuBufferType};
 use crate::error::{Error, Result};
 use crate::loader::{budget, LoadOptions, Weights};
 use crate::os::{
-    allocate, is_no_space, is_read_only, shared_dir_problem, sync_dir, try_lock, WritableMap,
-    LOCKS, SUPPORTED,
+    allocate, is_no_space, is_read_only, make_file_private, try_lock, DirRefusal, PrivateDir,
+    WritableMap, LOCKS, SUPPORTED,
 };
 
 use super::entry::{self, EntryInfo, Layout};
@@ -28,31 +37,44 @@ const TMP_PREFIX: &str = ".tmp-";
 /// one this old is taken for a killed fill's.
 const ORPHAN_AGE: Duration = Duration::from_secs(10 * 60);
 
-/// Where the entry of key `hash` is.
-pub(crate) fn entry_path(dir: &Path, hash: &str) -> PathBuf {
-    dir.join(format!("{hash}.{ENTRY_EXT}"))
+/// The file name of the entry of key `hash`.
+pub(crate) fn entry_name(hash: &str) -> OsString {
+    format!("{hash}.{ENTRY_EXT}").into()
 }
 
-/// Make `dir` if it is missing (private to this user), and refuse it if
-/// another user could write in it.
-pub(crate) fn usable(dir: &Path) -> std::result::Result<(), CacheBypass> {
+/// A cache directory opened and checked, and what was made private in it.
+pub(crate) type OpenedDir = (Arc<PrivateDir>, Option<String>);
+
+/// The cache directory at `path`, opened and checked; created (private to
+/// this user) when `create`. `None` when it does not exist.
+pub(crate) fn open_dir(
+    path: &Path,
+    create: bool,
+) -> std::result::Result<Option<OpenedDir>, CacheBypass> {
     if !SUPPORTED {
         return Err(CacheBypass::Unsupported);
     }
-    if !dir.is_dir() {
-        let mut b = fs::DirBuilder::new();
-        b.recursive(true);
-        #[cfg(unix)]
-        std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
-        b.create(dir).map_err(|e| refusal(dir, "create", &e, 0))?;
-    }
-    match shared_dir_problem(dir) {
-        Ok(None) => Ok(()),
-        Ok(Some(problem)) => Err(CacheBypass::UnsafeDirectory {
-            dir: dir.to_owned(),
+    match PrivateDir::open(path, create) {
+        Ok((dir, note)) => Ok(Some((Arc::new(dir), note))),
+        Err(DirRefusal::Missing) => Ok(None),
+        Err(DirRefusal::Unsafe(problem)) => Err(CacheBypass::UnsafeDirectory {
+            dir: path.to_owned(),
             problem,
         }),
-        Err(e) => Err(refusal(dir, "stat", &e, 0)),
+        Err(DirRefusal::Io(op, e)) => Err(refusal(path, op, &e, 0)),
+    }
+}
+
+/// The cache directory at `path` for listing and housekeeping: `None`
+/// when it does not exist; an error naming the problem when it is unsafe.
+pub(crate) fn open_existing(path: &Path) -> Result<Option<Arc<PrivateDir>>> {
+    match open_dir(path, false) {
+        Ok(found) => Ok(found.map(|(dir, _)| dir)),
+        Err(why) => Err(Error::io(
+            "open cache directory",
+            path,
+            io::Error::new(io::ErrorKind::PermissionDenied, why.to_string()),
+        )),
     }
 }
 
@@ -77,70 +99,72 @@ fn refusal(dir: &Path, op: &'static str, e: &io::Error, needed: u64) -> CacheByp
     }
 }
 
-/// Open and check the entry at `path`: `Ok(None)` when there is none,
-/// `Err(why)` when the one there is not usable (it will be replaced).
+/// An entry opened and checked in full, then loaded from that open file.
+pub(crate) struct OpenEntry {
+    pub weights: Weights,
+    pub file: File,
+    pub path: PathBuf,
+}
+
+/// Open, check and load the entry of `key` in `dir`: `Ok(None)` when there
+/// is none, `Err(why)` when the one there is not usable (it will be
+/// replaced).
 ///
 /// # Safety
 /// As `Weights::load`: nothing truncates or modifies the entry while the
 /// weights live.
 pub(crate) unsafe fn open_entry(
-    path: &Path,
-    key: &str,
+    dir: &PrivateDir,
+    key: &SourceKey,
     options: &LoadOptions,
-) -> std::result::Result<Option<Weights>, String> {
-    if !path.is_file() {
-        return Ok(None);
-    }
+) -> std::result::Result<Option<OpenEntry>, String> {
+    let name = entry_name(&key.hash);
+    let path = dir.path().join(&name);
+    let file = match dir.open_file(&name, false) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    // Entries of versions that made them readable by others become private.
+    let _ = make_file_private(&file);
+    let header = entry::identify(&file, &path, &key.hash)
+        .ok_or_else(|| "not a cache entry (its key is not its name's)".to_owned())?;
+    entry::check(&file, &header, Some(&key.text)).map_err(|p| p.to_string())?;
     // SAFETY: the caller's contract.
-    let weights = unsafe { Weights::load(path, options) }.map_err(|e| e.to_string())?;
-    entry::check(&weights, Some(key)).map_err(|p| p.to_string())?;
-    Ok(Some(weights))
+    let weights = unsafe { load_open(&file, &path, options) }.map_err(|e| e.to_string())?;
+    touch(dir, &name, &file);
+    Ok(Some(OpenEntry {
+        weights,
+        file,
+        path,
+    }))
 }
 
-/// Open the entry just written at `path`. It was checked as it was
-/// written; a failure here is another process's rename in between, and
-/// its entry is as good, so the same checks decide.
+/// Load the entry open as `file` (at `path`, for the report) with
+/// `options`.
 ///
 /// # Safety
-/// As [`open_entry`].
-pub(crate) unsafe fn open_written(
-    path: &Path,
-    key: &str,
-    options: &LoadOptions,
-) -> Result<Weights> {
+/// As `Weights::load`.
+pub(crate) unsafe fn load_open(file: &File, path: &Path, options: &LoadOptions) -> Result<Weights> {
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io("stat", path, e))?
+        .len();
     // SAFETY: the caller's contract.
-    match unsafe { open_entry(path, key, options) } {
-        Ok(Some(w)) => Ok(w),
-        Ok(None) => Err(Error::io(
-            "open",
-            path,
-            io::Error::from(io::ErrorKind::NotFound),
-        )),
-        // Not the transform's fault: the file under the entry's name is not
-        // what was written (another process put a bad one there).
-        Err(why) => Err(Error::io(
-            "open",
-            path,
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("the entry is bad: {why}"),
-            ),
-        )),
-    }
+    unsafe { Weights::load_file_range(file, 0, len, options) }
 }
 
-/// Mark the entry at `path` as just used (its modification time), for
-/// pruning the least recently used first. Best effort: a read-only cache
-/// is still read.
-pub(crate) fn touch(path: &Path) {
-    // Windows sets a file's times only through a handle that may write
-    // them; Unix through any handle of the owner's.
-    let file = OpenOptions::new()
-        .write(true)
-        .open(path)
-        .or_else(|_| File::open(path));
-    if let Ok(f) = file {
-        let _ = f.set_modified(SystemTime::now());
+/// Mark the entry `name`, open as `file`, as just used (its modification
+/// time), for pruning the least recently used first. Best effort: a
+/// read-only cache is still read.
+fn touch(dir: &PrivateDir, name: &OsStr, file: &File) {
+    let now = SystemTime::now();
+    // Unix sets an owner's file times through any handle of it; Windows
+    // only through one that may write them.
+    if file.set_modified(now).is_err() {
+        if let Ok(f) = dir.open_file(name, true) {
+            let _ = f.set_modified(now);
+        }
     }
 }
 
@@ -152,117 +176,133 @@ pub(crate) enum Unwritten {
     Failed(Error),
 }
 
-/// A temporary file removed when dropped, unless kept.
-struct TempFile {
+/// A fill's temporary file, written whole, its bytes not yet known to be
+/// on the disk nor renamed into place. Dropped before it is committed, it
+/// is removed.
+pub(crate) struct Filled {
+    dir: Arc<PrivateDir>,
+    name: OsString,
     path: PathBuf,
-    keep: bool,
+    file: File,
+    len: u64,
+    committed: bool,
 }
 
-impl Drop for TempFile {
+impl Drop for Filled {
     fn drop(&mut self) {
-        if !self.keep {
-            let _ = fs::remove_file(&self.path);
+        if !self.committed {
+            let _ = self.dir.remove(&self.name);
         }
     }
 }
 
-/// A fill's temporary file, written whole, its bytes not yet known to be
-/// on the disk nor renamed into place. Dropped, it is removed.
-pub(crate) struct Filled {
-    tmp: TempFile,
-    file: File,
-    len: u64,
-}
-
 impl Filled {
-    /// The temporary file: its bytes are the entry's, and stay so once it
-    /// is renamed (a mapping of it now is a mapping of the entry).
+    /// The temporary file's path: its bytes are the entry's, and stay so
+    /// once it is renamed.
     pub(crate) fn path(&self) -> &Path {
-        &self.tmp.path
+        &self.path
+    }
+
+    /// The file itself, open: map or read this, not the path, which a
+    /// commit renames and a prune may remove.
+    pub(crate) fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// The directory it is in.
+    pub(crate) fn dir(&self) -> &Arc<PrivateDir> {
+        &self.dir
     }
 }
 
 /// Write the entry `layout` describes into a new temporary file in `dir`:
-/// created, locked, its blocks allocated, filled through a shared mapping
-/// whose writes are then started towards the disk. [`commit`] finishes.
+/// created (0600, never through a link), locked, its blocks allocated,
+/// written from the bytes `contents` holds (past the page cache where the
+/// system can) or through a shared mapping whose writes are then started
+/// towards the disk. [`commit`] finishes.
 pub(crate) fn fill_temp(
-    dir: &Path,
+    dir: &Arc<PrivateDir>,
     key: &SourceKey,
     layout: &Layout,
     contents: &mut dyn EntryContents,
 ) -> std::result::Result<Filled, Unwritten> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    let bypass = |op, e: &io::Error| Unwritten::Bypass(refusal(dir, op, e, layout.len));
-    let name = format!(
+    let bypass = |op, e: &io::Error| Unwritten::Bypass(refusal(dir.path(), op, e, layout.len));
+    let name: OsString = format!(
         "{TMP_PREFIX}{}-{}-{}",
         key.hash,
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
-    );
-    let tmp = TempFile {
-        path: dir.join(name),
-        keep: false,
+    )
+    .into();
+    let file = dir.create_new(&name).map_err(|e| bypass("create", &e))?;
+    let mut filled = Filled {
+        dir: dir.clone(),
+        path: dir.path().join(&name),
+        name,
+        file,
+        len: layout.len,
+        committed: false,
     };
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&tmp.path)
-        .map_err(|e| bypass("create", &e))?;
     // A held lock tells `prune` the file is a fill under way.
-    let _ = try_lock(&file);
-    allocate(&mut file, layout.len).map_err(|e| bypass("allocate", &e))?;
-    match layout.write_held(key, contents, &file, &tmp.path) {
+    let _ = try_lock(&filled.file);
+    allocate(&mut filled.file, layout.len).map_err(|e| bypass("allocate", &e))?;
+    match layout.write_held(key, contents, &filled.file) {
         Some(written) => written.map_err(|e| bypass("write", &e))?,
         None => {
-            // SAFETY: the file was created just now under a name no other
-            // process uses, in a directory only this user can write
-            // (`usable`), and its blocks are allocated: nothing truncates it
-            // or writes it under the map, and a full disk cannot fault a
-            // write through it.
-            let mut map = unsafe { WritableMap::new(&file) }.map_err(|e| bypass("map", &e))?;
+            // SAFETY: the file was created just now (O_EXCL) under a name no
+            // other process uses, in a directory only this user can write,
+            // and its blocks are allocated: nothing truncates it or writes
+            // it under the map, and a full disk cannot fault a write
+            // through it.
+            let mut map =
+                unsafe { WritableMap::new(&filled.file) }.map_err(|e| bypass("map", &e))?;
             layout
                 .write(key, contents, map.bytes_mut())
                 .map_err(Unwritten::Failed)?;
             map.start_flush().map_err(|e| bypass("flush", &e))?;
         }
     }
-    Ok(Filled {
-        tmp,
-        file,
-        len: layout.len,
-    })
+    Ok(filled)
 }
 
-/// Make `filled` the entry of `key` in `dir`: fsync it, check that the
-/// source did not change while it was made, rename it over the entry's
-/// name, and fsync the directory. Returns the entry's path.
+/// Make `filled` the entry of `key`: fsync it, check that the source did
+/// not change while it was made, rename it over the entry's name, and
+/// fsync the directory. Returns the entry's path and the file written,
+/// which the caller loads: whatever happens to the name afterwards (a
+/// prune, a `cache clear`, another fill's rename), that file keeps the
+/// bytes.
 pub(crate) fn commit(
     mut filled: Filled,
-    dir: &Path,
     key: &SourceKey,
-) -> std::result::Result<PathBuf, Unwritten> {
-    let bypass = |op, e: &io::Error| Unwritten::Bypass(refusal(dir, op, e, filled.len));
+) -> std::result::Result<(PathBuf, File), Unwritten> {
+    let dir = filled.dir.clone();
+    let bypass = |op, e: &io::Error| Unwritten::Bypass(refusal(dir.path(), op, e, filled.len));
     filled.file.sync_all().map_err(|e| bypass("fsync", &e))?;
     if !key.still_current() {
         return Err(Unwritten::Bypass(CacheBypass::SourceChanged {
             path: key.path.clone(),
         }));
     }
-    let path = entry_path(dir, &key.hash);
-    if let Err(e) = fs::rename(&filled.tmp.path, &path) {
+    let name = entry_name(&key.hash);
+    let path = dir.path().join(&name);
+    if let Err(e) = dir.rename(&filled.name, &name) {
         // Windows refuses to replace a file another process has mapped:
         // when that file is this key's entry, another fill won the race,
-        // and its entry serves (the open that follows checks it).
-        return if entry::has_key(&path, &key.text) {
-            Ok(path)
-        } else {
-            Err(bypass("rename", &e))
+        // and its entry serves; this process keeps the bytes it wrote.
+        let theirs = dir.open_file(&name, false);
+        return match theirs {
+            Ok(f) if entry::has_key(&f, &path, &key.text) => {
+                let file = filled.file.try_clone().map_err(|e| bypass("open", &e))?;
+                Ok((path, file))
+            }
+            _ => Err(bypass("rename", &e)),
         };
     }
-    filled.tmp.keep = true;
-    sync_dir(dir).map_err(|e| bypass("fsync", &e))?;
-    Ok(path)
+    filled.committed = true;
+    dir.sync().map_err(|e| bypass("fsync", &e))?;
+    let file = filled.file.try_clone().map_err(|e| bypass("open", &e))?;
+    Ok((path, file))
 }
 
 /// The entry `layout` describes, built in memory: what a load without a
@@ -299,39 +339,96 @@ impl AsRef<[u8]> for InMemoryEntry {
     }
 }
 
-/// Every entry in `dir` (by its name: [`is_entry_name`]), with its
-/// header's account or why it has none.
-pub(crate) fn entries(dir: &Path) -> Result<Vec<(PathBuf, Result<EntryInfo>)>> {
+/// One entry found in the directory: its name, file and header.
+struct Found {
+    name: OsString,
+    path: PathBuf,
+    file: File,
+    header: crate::format::Header,
+    bytes: u64,
+    modified: SystemTime,
+}
+
+/// Every entry in `dir` by its contents ([`entry::identify`]): a regular
+/// file of this user's, named `<32 hex digits>.gguf`, whose stored key
+/// hashes to that name. Nothing else is listed, opened past its first
+/// bytes, or ever removed; a FIFO, a device or a link is never opened.
+fn found(dir: &PrivateDir) -> Result<Vec<Found>> {
+    let files = dir
+        .files()
+        .map_err(|e| Error::io("read directory", dir.path(), e))?;
     let mut out = Vec::new();
-    let read = match fs::read_dir(dir) {
-        Ok(r) => r,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(Error::io("read directory", dir, e)),
-    };
-    for item in read {
-        let path = item
-            .map_err(|e| Error::io("read directory", dir, e))?
-            .path();
-        if is_entry_name(&file_name(&path)) {
-            let info = EntryInfo::read(&path);
-            out.push((path, info));
+    for (name, bytes, modified) in files {
+        let Some(hash) = name.to_str().and_then(entry_hash) else {
+            continue;
+        };
+        let path = dir.path().join(&name);
+        let Ok(file) = dir.open_file(&name, false) else {
+            continue;
+        };
+        if let Some(header) = entry::identify(&file, &path, hash) {
+            out.push(Found {
+                name,
+                path,
+                file,
+                header,
+                bytes,
+                modified,
+            });
         }
     }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
 }
 
-/// Whether `name` is an entry's: 32 hex digits (the key's hash), then
-/// `.gguf`. Nothing else in the directory is ever listed or removed, so a
-/// cache pointed at a folder of models never touches them.
-fn is_entry_name(name: &str) -> bool {
-    name.strip_suffix(&format!(".{ENTRY_EXT}"))
-        .is_some_and(is_key_hash)
+/// Every entry in `dir`, with its header's account (or why it has none).
+pub(crate) fn entries(dir: &PrivateDir) -> Result<Vec<(PathBuf, Result<EntryInfo>)>> {
+    Ok(found(dir)?
+        .into_iter()
+        .map(|f| {
+            let info = EntryInfo::of(&f.header, f.path.clone(), f.bytes, f.modified);
+            (f.path, info)
+        })
+        .collect())
 }
 
-/// Whether `path`'s file name is an entry's.
-pub(crate) fn is_entry_path(path: &Path) -> bool {
-    is_entry_name(&file_name(path))
+/// Every check of every entry in `dir`, every byte of it: each entry's
+/// path and what is wrong with it.
+pub(crate) fn verify(dir: &PrivateDir) -> Result<Vec<(PathBuf, std::result::Result<(), String>)>> {
+    Ok(found(dir)?
+        .into_iter()
+        .map(|f| {
+            let verdict = entry::check(&f.file, &f.header, None).map_err(|p| p.to_string());
+            (f.path, verdict)
+        })
+        .collect())
+}
+
+/// The error of a removal of `path`, which is not an entry of the cache.
+pub(crate) fn not_an_entry(path: &Path) -> Error {
+    let e = io::Error::new(io::ErrorKind::NotFound, "not an entry of this cache");
+    Error::io("remove", path, e)
+}
+
+/// Remove the entry at `path` from `dir`: `NotFound` unless it is an
+/// entry of `dir` by its contents.
+pub(crate) fn remove_entry(dir: &PrivateDir, path: &Path) -> Result<()> {
+    let not_ours = || not_an_entry(path);
+    if path.parent() != Some(dir.path()) {
+        return Err(not_ours());
+    }
+    let name = path.file_name().ok_or_else(not_ours)?;
+    let hash = name.to_str().and_then(entry_hash).ok_or_else(not_ours)?;
+    let file = dir.open_file(name, false).map_err(|_| not_ours())?;
+    entry::identify(&file, path, hash).ok_or_else(not_ours)?;
+    dir.remove(name).map_err(|e| Error::io("remove", path, e))
+}
+
+/// The key hash of an entry's file name: 32 lowercase hex digits, then
+/// `.gguf`.
+fn entry_hash(name: &str) -> Option<&str> {
+    name.strip_suffix(&format!(".{ENTRY_EXT}"))
+        .filter(|h| is_key_hash(h))
 }
 
 /// Whether `name` is a fill's temporary file: `.tmp-`, a key's hash, `-`.
@@ -345,23 +442,6 @@ fn is_key_hash(s: &str) -> bool {
     s.len() == 32
         && s.bytes()
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-}
-
-fn file_name(path: &Path) -> String {
-    path.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
-}
-
-/// Every check of the entry at `path`, every byte of it.
-///
-/// # Safety
-/// Nothing truncates the entry while it is checked.
-pub(crate) unsafe fn verify_entry(path: &Path) -> std::result::Result<(), String> {
-    let options = LoadOptions::default().prefetch(crate::loader::Prefetch::None);
-    // SAFETY: the caller's contract.
-    let weights = unsafe { Weights::load(path, &options) }.map_err(|e| e.to_string())?;
-    entry::verify(&weights).map_err(|p| p.to_string())
 }
 
 /// What [`super::Cache::prune`] removed.
@@ -379,28 +459,25 @@ pub struct PruneReport {
     pub failed: Vec<(PathBuf, String)>,
 }
 
-/// Remove from `dir` the entries whose source changed, those no header
-/// can be read of, then the least recently used until at most `max_size`
+/// Remove from `dir` the entries whose source changed, those whose header
+/// lacks a field, then the least recently used until at most `max_size`
 /// bytes remain (never `keep`), and the temporary files of killed fills.
-pub(crate) fn prune(dir: &Path, max_size: u64, keep: Option<&Path>) -> Result<PruneReport> {
+pub(crate) fn prune(dir: &PrivateDir, max_size: u64, keep: Option<&Path>) -> Result<PruneReport> {
     let mut report = PruneReport::default();
     let mut live = Vec::new();
-    for (path, info) in entries(dir)? {
-        match info {
-            Ok(info) if info.source_current => live.push(info),
-            Ok(info) => remove(&mut report, &path, info.bytes, "source changed or gone"),
-            Err(e) => {
-                let bytes = fs::metadata(&path).map_or(0, |m| m.len());
-                remove(&mut report, &path, bytes, &format!("unreadable: {e}"));
-            }
+    for f in found(dir)? {
+        match EntryInfo::of(&f.header, f.path.clone(), f.bytes, f.modified) {
+            Ok(info) if info.source_current => live.push((f.name, info)),
+            Ok(info) => remove(dir, &mut report, &f.name, &info.path, info.bytes, "source changed or gone"),
+            Err(e) => remove(dir, &mut report, &f.name, &f.path, f.bytes, &format!("unreadable: {e}")),
         }
     }
-    live.sort_by_key(|i| i.last_used);
-    let mut total: u64 = live.iter().map(|i| i.bytes).sum();
-    for info in live {
+    live.sort_by_key(|(_, i)| i.last_used);
+    let mut total: u64 = live.iter().map(|(_, i)| i.bytes).sum();
+    for (name, info) in live {
         if total > max_size && keep != Some(info.path.as_path()) {
             total -= info.bytes;
-            remove(&mut report, &info.path, info.bytes, "least recently used");
+            remove(dir, &mut report, &name, &info.path, info.bytes, "least recently used");
         } else {
             report.kept += 1;
             report.kept_bytes += info.bytes;
@@ -410,8 +487,15 @@ pub(crate) fn prune(dir: &Path, max_size: u64, keep: Option<&Path>) -> Result<Pr
     Ok(report)
 }
 
-fn remove(report: &mut PruneReport, path: &Path, bytes: u64, why: &str) {
-    match fs::remove_file(path) {
+fn remove(
+    dir: &PrivateDir,
+    report: &mut PruneReport,
+    name: &OsStr,
+    path: &Path,
+    bytes: u64,
+    why: &str,
+) {
+    match dir.remove(name) {
         Ok(()) => report
             .removed
             .push((path.to_owned(), bytes, why.to_owned())),
@@ -421,24 +505,18 @@ fn remove(report: &mut PruneReport, path: &Path, bytes: u64, why: &str) {
 
 /// Remove the temporary files that no fill holds and that are old enough
 /// to be a killed fill's.
-fn remove_orphans(dir: &Path, report: &mut PruneReport) -> Result<()> {
-    let read = match fs::read_dir(dir) {
-        Ok(r) => r,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(Error::io("read directory", dir, e)),
-    };
-    for item in read {
-        let path = item
-            .map_err(|e| Error::io("read directory", dir, e))?
-            .path();
-        if !is_temp_name(&file_name(&path)) {
+fn remove_orphans(dir: &PrivateDir, report: &mut PruneReport) -> Result<()> {
+    let files = dir
+        .files()
+        .map_err(|e| Error::io("read directory", dir.path(), e))?;
+    for (name, bytes, modified) in files {
+        if !name.to_str().is_some_and(is_temp_name) {
             continue;
         }
-        let Ok(file) = File::open(&path) else {
+        let Ok(file) = dir.open_file(&name, false) else {
             continue;
         };
-        let Ok(meta) = file.metadata() else { continue };
-        let age = meta.modified().ok().and_then(|t| t.elapsed().ok());
+        let age = modified.elapsed().ok();
         // A live fill holds a lock on its file where there are locks.
         let orphan = if LOCKS {
             try_lock(&file).unwrap_or(false)
@@ -446,7 +524,8 @@ fn remove_orphans(dir: &Path, report: &mut PruneReport) -> Result<()> {
             age.is_some_and(|a| a >= ORPHAN_AGE)
         };
         if orphan {
-            remove(report, &path, meta.len(), "a killed fill's temporary file");
+            let path = dir.path().join(&name);
+            remove(dir, report, &name, &path, bytes, "a killed fill's temporary file");
         }
     }
     Ok(())
@@ -459,16 +538,16 @@ mod tests {
     #[test]
     fn only_the_caches_own_names_are_entries_or_temporary_files() {
         let hash = "0123456789abcdef0123456789abcdef";
-        assert!(is_entry_name(&format!("{hash}.gguf")));
+        assert_eq!(entry_hash(&format!("{hash}.gguf")), Some(hash));
         assert!(is_temp_name(&format!(".tmp-{hash}-12-0")));
         for other in [
             "model.gguf",
             "default-0123456789abcdef.gguf",
             &format!("{hash}.safetensors"),
         ] {
-            assert!(!is_entry_name(other), "{other}");
+            assert!(entry_hash(other).is_none(), "{other}");
         }
-        assert!(!is_entry_name(&format!("{}.gguf", hash.to_uppercase())));
+        assert!(entry_hash(&format!("{}.gguf", hash.to_uppercase())).is_none());
         assert!(!is_temp_name(".tmp-model"));
         assert!(!is_temp_name(&format!(".tmp-{hash}")));
     }

@@ -1,21 +1,258 @@
-//! Files this process writes and must not lose or tear: blocks reserved
-//! before a mapping writes them, a writable mapping, locks, durable
-//! renames, and who may write in a directory. The transform cache
-//! (`crate::cache`) is their one user.
+//! Files this process writes and must not lose or tear, in a directory no
+//! other user controls: the directory opened once and checked, files made,
+//! opened, renamed and removed relative to it, blocks reserved before a
+//! mapping writes them, a writable mapping, direct writes, locks. The
+//! transform cache (`crate::cache`) is their one user.
 
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Seek, SeekFrom, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
+use std::time::SystemTime;
 
 use memmap2::MmapMut;
 
-use super::io::{open_direct_writer, DIRECT_ALIGN};
+use super::io::DIRECT_ALIGN;
 use super::sys;
 
 pub(crate) use sys::{
-    file_identity, is_no_space, is_read_only, shared_dir_problem, sync_dir, try_lock, LOCKS,
+    change_time_ns, file_identity, is_no_space, is_read_only, make_file_private, open_regular,
+    try_lock, LOCKS,
 };
+
+#[cfg(not(unix))]
+use by_path::DirHandle;
+#[cfg(unix)]
+use sys::DirHandle;
+
+/// A directory that no other user can write in, or swap for another, or
+/// (where there are modes) read: opened once, checked through the handle,
+/// and every file in it reached through that handle.
+pub(crate) struct PrivateDir {
+    handle: DirHandle,
+    path: PathBuf,
+}
+
+/// Why a [`PrivateDir`] could not be had.
+#[derive(Debug)]
+pub(crate) enum DirRefusal {
+    /// It does not exist (and was not to be created).
+    Missing,
+    /// Another user could change what is in it, or what its path leads to.
+    Unsafe(String),
+    /// The system refused `op`.
+    Io(&'static str, io::Error),
+}
+
+impl PrivateDir {
+    /// Open the directory at `path`, creating it (and its missing parents,
+    /// private to this user) when `create`. Refused when any step of the
+    /// path lets another user swap what it leads to, when the directory is
+    /// another user's, or when others may write in it; a directory others
+    /// may only read or search is made private (0700), and the second value
+    /// says so.
+    pub(crate) fn open(
+        path: &Path,
+        create: bool,
+    ) -> std::result::Result<(PrivateDir, Option<String>), DirRefusal> {
+        let real = match sys::path_problem(path) {
+            Ok(Ok(real)) => real,
+            Ok(Err(why)) => return Err(DirRefusal::Unsafe(why)),
+            Err(e) => return Err(DirRefusal::Io("resolve", e)),
+        };
+        let handle = match DirHandle::open(&real) {
+            Ok(h) => h,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
+                DirHandle::create(&real).map_err(|e| DirRefusal::Io("create", e))?
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(DirRefusal::Missing),
+            Err(e) => return Err(DirRefusal::Io("open", e)),
+        };
+        match handle.make_private() {
+            Ok((Some(problem), _)) => Err(DirRefusal::Unsafe(problem)),
+            Ok((None, note)) => Ok((
+                PrivateDir {
+                    handle,
+                    path: path.to_owned(),
+                },
+                note,
+            )),
+            Err(e) => Err(DirRefusal::Io("stat", e)),
+        }
+    }
+
+    /// The path it was opened at (for messages and reports).
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Open regular file `name` of this user's in it, for reading (and
+    /// writing with `write`): never a link, a FIFO or a device, and the
+    /// open never waits. `NotFound` when there is none.
+    pub(crate) fn open_file(&self, name: &OsStr, write: bool) -> io::Result<File> {
+        self.handle.open_file(name, write)
+    }
+
+    /// Create file `name` in it, this user's alone, failing if any file or
+    /// link has that name.
+    pub(crate) fn create_new(&self, name: &OsStr) -> io::Result<File> {
+        self.handle.create_new(name)
+    }
+
+    /// Rename `from` to `to` in it, replacing `to`.
+    pub(crate) fn rename(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
+        self.handle.rename(from, to)
+    }
+
+    /// Remove file `name` from it.
+    pub(crate) fn remove(&self, name: &OsStr) -> io::Result<()> {
+        self.handle.remove(name)
+    }
+
+    /// Its regular files: name, length, modification time.
+    pub(crate) fn files(&self) -> io::Result<Vec<(OsString, u64, SystemTime)>> {
+        self.handle.files()
+    }
+
+    /// Make its renames durable.
+    pub(crate) fn sync(&self) -> io::Result<()> {
+        self.handle.sync()
+    }
+}
+
+/// Where there is no `openat` (Windows, and systems without mapping), a
+/// directory is reached by its path each time: what is written there
+/// relies on the directory's ACL, which a user's own profile directory
+/// keeps to the user.
+#[cfg(not(unix))]
+mod by_path {
+    use std::ffi::{OsStr, OsString};
+    use std::fs::{self, File, OpenOptions};
+    use std::io;
+    use std::path::{Path, PathBuf};
+    use std::time::SystemTime;
+
+    pub(crate) struct DirHandle {
+        path: PathBuf,
+    }
+
+    impl DirHandle {
+        pub(crate) fn open(real: &Path) -> io::Result<DirHandle> {
+            if !fs::metadata(real)?.is_dir() {
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a directory"));
+            }
+            Ok(DirHandle {
+                path: real.to_owned(),
+            })
+        }
+
+        pub(crate) fn create(real: &Path) -> io::Result<DirHandle> {
+            fs::create_dir_all(real)?;
+            DirHandle::open(real)
+        }
+
+        pub(crate) fn make_private(&self) -> io::Result<(Option<String>, Option<String>)> {
+            Ok((None, None))
+        }
+
+        fn at(&self, name: &OsStr) -> io::Result<PathBuf> {
+            let p = Path::new(name);
+            if p.components().count() != 1 || p.file_name() != Some(name) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "not a file name in the directory",
+                ));
+            }
+            Ok(self.path.join(name))
+        }
+
+        pub(crate) fn open_file(&self, name: &OsStr, write: bool) -> io::Result<File> {
+            let path = self.at(name)?;
+            if !fs::symlink_metadata(&path)?.is_file() {
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"));
+            }
+            OpenOptions::new().read(true).write(write).open(path)
+        }
+
+        pub(crate) fn create_new(&self, name: &OsStr) -> io::Result<File> {
+            let path = self.at(name)?;
+            OpenOptions::new().read(true).write(true).create_new(true).open(path)
+        }
+
+        pub(crate) fn rename(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
+            fs::rename(self.at(from)?, self.at(to)?)
+        }
+
+        pub(crate) fn remove(&self, name: &OsStr) -> io::Result<()> {
+            fs::remove_file(self.at(name)?)
+        }
+
+        pub(crate) fn files(&self) -> io::Result<Vec<(OsString, u64, SystemTime)>> {
+            let mut out = Vec::new();
+            for item in fs::read_dir(&self.path)? {
+                let item = item?;
+                let Ok(m) = fs::symlink_metadata(item.path()) else { continue };
+                if m.is_file() {
+                    let mtime = m.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+                    out.push((item.file_name(), m.len(), mtime));
+                }
+            }
+            Ok(out)
+        }
+
+        /// NTFS journals its metadata: a completed rename needs no
+        /// directory flush (and a directory cannot be opened as a `File`
+        /// without backup semantics).
+        pub(crate) fn sync(&self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+}
+
+/// A path's exact bytes, to be stored and given back by
+/// [`path_from_bytes`]: Unix's bytes as they are (not necessarily UTF-8);
+/// Windows' UTF-16 units, little-endian (not necessarily valid UTF-16).
+pub(crate) fn path_to_bytes(path: &Path) -> Vec<u8> {
+    #[cfg(unix)]
+    {
+        std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()).to_vec()
+    }
+    #[cfg(windows)]
+    {
+        std::os::windows::ffi::OsStrExt::encode_wide(path.as_os_str())
+            .flat_map(u16::to_le_bytes)
+            .collect()
+    }
+    #[cfg(not(any(unix, windows)))]
+    {
+        path.to_string_lossy().into_owned().into_bytes()
+    }
+}
+
+/// The path [`path_to_bytes`] gave `bytes` for; `None` for bytes it cannot
+/// have given (an odd length on Windows).
+pub(crate) fn path_from_bytes(bytes: &[u8]) -> Option<PathBuf> {
+    #[cfg(unix)]
+    {
+        Some(PathBuf::from(<OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(bytes)))
+    }
+    #[cfg(windows)]
+    {
+        if bytes.len() % 2 != 0 {
+            return None;
+        }
+        let units: Vec<u16> = bytes
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        Some(PathBuf::from(<OsString as std::os::windows::ffi::OsStringExt>::from_wide(&units)))
+    }
+    #[cfg(not(any(unix, windows)))]
+    {
+        String::from_utf8(bytes.to_vec()).ok().map(PathBuf::from)
+    }
+}
 
 /// Give `file` exactly `len` bytes, every block of them allocated: where
 /// the filesystem cannot reserve blocks, zeros are written. A full disk is
@@ -72,11 +309,12 @@ pub(crate) fn write_at(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
 
 /// Write `pieces` (file offsets and their bytes, in order of offset, not
 /// overlapping, ending at most at `len`) as the first `len` bytes of
-/// `file`, which this process created at `path` and allocated to `len`
-/// bytes; the bytes between pieces are zeros.
+/// `file`, which this process created and allocated to `len` bytes; the
+/// bytes between pieces are zeros.
 ///
-/// Where the system can (`O_DIRECT` on Linux and Android, unbuffered
-/// writes on Windows), the bytes go to the device through a small aligned
+/// Where the system can (`O_DIRECT` set on `file` itself on Linux and
+/// Android, a `ReOpenFile` of it without buffering on Windows: never its
+/// path opened again), the bytes go to the device through a small aligned
 /// staging buffer, without taking page-cache pages: written through the
 /// cache, a file of N bytes whose contents are already in memory costs N
 /// more bytes of (dirty, until written back) memory, charged to the
@@ -84,20 +322,20 @@ pub(crate) fn write_at(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
 /// has taken back, as many fresh pages, which cost several times the copy
 /// (ARCHITECTURE.md, "The transform cache"). Where it cannot, or direct
 /// writes fail, positioned buffered writes.
-pub(crate) fn write_pieces(
-    file: &File,
-    path: &Path,
-    len: u64,
-    pieces: &[(u64, &[u8])],
-) -> io::Result<()> {
+pub(crate) fn write_pieces(file: &File, len: u64, pieces: &[(u64, &[u8])]) -> io::Result<()> {
     debug_assert!(pieces
         .windows(2)
         .all(|w| w[0].0 + w[0].1.len() as u64 <= w[1].0));
-    if let Ok(direct) = open_direct_writer(path) {
-        // A refusal (`EINVAL` from a file system that takes the open but
+    if let Ok(direct) = sys::DirectWrites::start(file) {
+        let staged = write_staged(direct.file(), len, pieces);
+        drop(direct);
+        // A refusal (`EINVAL` from a file system that takes the flag but
         // not the writes, an alignment it wants larger) or any other
         // failure: the plain way rewrites it all, and says what fails.
-        if write_staged(&direct, file, len, pieces).is_ok() {
+        if let Ok(tail) = staged {
+            if let Some((at, bytes)) = tail {
+                write_at(file, &bytes, at)?;
+            }
             return Ok(());
         }
     }
@@ -108,10 +346,15 @@ pub(crate) fn write_pieces(
 }
 
 /// [`write_pieces`] through `direct`, in parts of `STAGE` bytes assembled
-/// in aligned buffers; a last part shorter than [`DIRECT_ALIGN`] goes
-/// through `file`, buffered. A thread of its own writes each part while
-/// the next is assembled: the copy then costs no time beside the device's.
-fn write_staged(direct: &File, file: &File, len: u64, pieces: &[(u64, &[u8])]) -> io::Result<()> {
+/// in aligned buffers. A thread of its own writes each part while the next
+/// is assembled: the copy then costs no time beside the device's. The last
+/// part's bytes past a multiple of [`DIRECT_ALIGN`], which no direct write
+/// takes, are returned with their offset, for a buffered write.
+fn write_staged(
+    direct: &File,
+    len: u64,
+    pieces: &[(u64, &[u8])],
+) -> io::Result<Option<(u64, Vec<u8>)>> {
     const STAGE: usize = 8 << 20;
     const BUFFERS: u64 = 3;
     // Page-aligned, so multiples of DIRECT_ALIGN; at most STAGE each.
@@ -123,16 +366,19 @@ fn write_staged(direct: &File, file: &File, len: u64, pieces: &[(u64, &[u8])]) -
     }
     let (full_tx, full_rx) = mpsc::sync_channel::<(MmapMut, u64, usize)>(BUFFERS as usize);
     std::thread::scope(|scope| {
-        let writer = scope.spawn(move || -> io::Result<()> {
+        let writer = scope.spawn(move || -> io::Result<Option<(u64, Vec<u8>)>> {
+            let mut tail = None;
             for (buf, start, n) in full_rx {
                 let aligned = n - n % DIRECT_ALIGN;
                 write_at(direct, &buf[..aligned], start)?;
-                write_at(file, &buf[aligned..n], start + aligned as u64)?;
+                if aligned < n {
+                    tail = Some((start + aligned as u64, buf[aligned..n].to_vec()));
+                }
                 if empty_tx.send(buf).is_err() {
                     break;
                 }
             }
-            Ok(())
+            Ok(tail)
         });
         let mut next = 0;
         let mut start = 0u64;
@@ -194,7 +440,7 @@ impl WritableMap {
     /// # Safety
     /// Nothing else may truncate or write `file` while the map lives: the
     /// caller created it under a name only it uses, in a directory only
-    /// this user can write ([`shared_dir_problem`]), and has allocated its
+    /// this user can write ([`PrivateDir`]), and has allocated its
     /// blocks ([`allocate`]).
     pub(crate) unsafe fn new(file: &File) -> io::Result<WritableMap> {
         // SAFETY: the caller's contract above: the file keeps its length
@@ -279,12 +525,17 @@ mod tests {
 
     #[test]
     fn write_pieces_writes_every_byte_in_place() {
-        check(write_pieces);
+        check(|file, _path, len, pieces| write_pieces(file, len, pieces));
     }
 
     #[test]
     fn staging_assembles_parts_with_zeros_between_pieces() {
         // A buffered handle as the "direct" one: the assembly alone.
-        check(|file, _path, len, pieces| write_staged(file, file, len, pieces));
+        check(|file, _path, len, pieces| {
+            if let Some((at, tail)) = write_staged(file, len, pieces)? {
+                write_at(file, &tail, at)?;
+            }
+            Ok(())
+        });
     }
 }

@@ -26,7 +26,7 @@ pub(crate) fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()
 }
 
 pub(crate) use sys::{
-    open_direct, open_direct_writer, read_some_at, refuses_direct_io, reopen_for_reader, DIRECT_IO,
+    open_direct, read_some_at, refuses_direct_io, reopen_for_reader, DIRECT_IO,
 };
 
 /// The granule of direct I/O: offsets, lengths and addresses are

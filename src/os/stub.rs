@@ -146,10 +146,6 @@ pub(crate) fn open_direct(_path: &Path) -> io::Result<File> {
     unsupported()
 }
 
-pub(crate) fn open_direct_writer(_path: &Path) -> io::Result<File> {
-    unsupported()
-}
-
 pub(crate) fn refuses_direct_io(_e: &io::Error) -> bool {
     false
 }
@@ -170,16 +166,40 @@ pub(crate) fn file_identity(_file: &File) -> io::Result<(u64, u64)> {
     Ok((0, 0))
 }
 
-pub(crate) fn shared_dir_problem(dir: &Path) -> io::Result<Option<String>> {
-    std::fs::metadata(dir).map(|_| None)
+pub(crate) fn change_time_ns(_file: &File) -> io::Result<u64> {
+    Ok(0)
+}
+
+pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"));
+    }
+    File::open(path)
+}
+
+pub(crate) fn path_problem(path: &Path) -> io::Result<Result<std::path::PathBuf, String>> {
+    std::path::absolute(path).map(Ok)
+}
+
+pub(crate) fn make_file_private(_file: &File) -> io::Result<()> {
+    Ok(())
+}
+
+/// No direct writes here.
+pub(crate) struct DirectWrites<'a>(&'a File);
+
+impl<'a> DirectWrites<'a> {
+    pub(crate) fn start(_file: &'a File) -> io::Result<DirectWrites<'a>> {
+        unsupported()
+    }
+
+    pub(crate) fn file(&self) -> &File {
+        self.0
+    }
 }
 
 pub(crate) fn reserve(_file: &File, _len: u64) -> io::Result<()> {
     unsupported()
-}
-
-pub(crate) fn sync_dir(_dir: &Path) -> io::Result<()> {
-    Ok(())
 }
 
 /// Whether [`try_lock`] tells a held file from a free one here (none).

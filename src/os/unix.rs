@@ -19,6 +19,8 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
+use std::ffi::{CString, OsStr};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -419,12 +421,6 @@ pub(crate) fn open_direct(path: &Path) -> io::Result<File> {
     open_with_o_direct(std::fs::OpenOptions::new().read(true), path)
 }
 
-/// Open `path` for direct writes, with the rules of [`open_direct`]: what
-/// is written goes to the device without taking page-cache pages.
-pub(crate) fn open_direct_writer(path: &Path) -> io::Result<File> {
-    open_with_o_direct(std::fs::OpenOptions::new().write(true), path)
-}
-
 /// `options` with `O_DIRECT` (Linux and Android), `Unsupported` elsewhere.
 fn open_with_o_direct(options: &mut std::fs::OpenOptions, path: &Path) -> io::Result<File> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -455,33 +451,418 @@ pub(crate) fn same_file(file: &File, path: &Path) -> io::Result<bool> {
     Ok(now.dev() == open.dev() && now.ino() == open.ino())
 }
 
-/// The device and inode of an open file: with its size and modification
-/// time, what tells one file from another (a cache key's source identity).
+/// The device and inode of an open file: with its size, modification and
+/// change times, what tells one file from another (a cache key's source
+/// identity).
 pub(crate) fn file_identity(file: &File) -> io::Result<(u64, u64)> {
     let m = file.metadata()?;
     Ok((m.dev(), m.ino()))
 }
 
-/// Why `dir` may not hold files this process will trust: another user owns
-/// it, or it lets others write in it (so they could plant or swap entries).
-/// `None` when it is this user's alone.
-pub(crate) fn shared_dir_problem(dir: &Path) -> io::Result<Option<String>> {
-    let m = std::fs::metadata(dir)?;
+/// The open file's status change time (`st_ctime`) in nanoseconds: any
+/// write, truncation, chmod or rename sets it to now, and no unprivileged
+/// call can set it back (`utimensat` sets only the access and modification
+/// times), so a rewrite whose mtime was restored still shows here.
+pub(crate) fn change_time_ns(file: &File) -> io::Result<u64> {
+    let m = file.metadata()?;
+    let ns = i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec());
+    Ok(u64::try_from(ns).unwrap_or(0))
+}
+
+/// This process's effective user id.
+fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
-    if m.uid() != me {
-        return Ok(Some(format!(
-            "it is owned by uid {}, not by this user (uid {me})",
-            m.uid()
-        )));
+    unsafe { libc::geteuid() }
+}
+
+/// `name` as a C string naming one entry of a directory: no `/`, no NUL,
+/// not `.` or `..`.
+fn entry_name(name: &OsStr) -> io::Result<CString> {
+    let bytes = name.as_bytes();
+    if bytes.is_empty() || bytes == b"." || bytes == b".." || bytes.contains(&b'/') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a file name in the directory",
+        ));
     }
-    let mode = m.mode() & 0o777;
-    if mode & 0o022 != 0 {
-        return Ok(Some(format!(
-            "its mode {mode:o} lets other users write in it"
-        )));
+    CString::new(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte"))
+}
+
+/// `-1` as an error, anything else as itself.
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
     }
-    Ok(None)
+}
+
+/// `fstat` of a descriptor.
+fn fstat_fd(fd: libc::c_int) -> io::Result<libc::stat> {
+    // SAFETY: an all-zero stat is a valid value, written over by fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a live descriptor and a live, writable struct.
+    cvt(unsafe { libc::fstat(fd, &mut st) })?;
+    Ok(st)
+}
+
+/// Whether the mode `m` is a regular file's.
+fn is_regular(m: libc::mode_t) -> bool {
+    m & libc::S_IFMT == libc::S_IFREG
+}
+
+/// Clear `O_NONBLOCK` on `fd`, which was opened with it only so that the
+/// open itself could not wait on a FIFO or a device.
+fn clear_nonblock(fd: libc::c_int) -> io::Result<()> {
+    // SAFETY: a live descriptor; F_GETFL and F_SETFL touch no memory.
+    let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) })?;
+    Ok(())
+}
+
+/// The error a file that is not a regular file (a FIFO, a device, a
+/// socket, a directory) gives where one was wanted.
+fn not_regular() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, "not a regular file")
+}
+
+/// Open `path` for reading only if it is a regular file, without ever
+/// waiting: a FIFO's open would block until a writer came, a device's could
+/// have effects. `InvalidInput` ("not a regular file") for anything else.
+pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !is_regular(fstat_fd(file.as_raw_fd())?.st_mode) {
+        return Err(not_regular());
+    }
+    clear_nonblock(file.as_raw_fd())?;
+    Ok(file)
+}
+
+/// Why a directory reached through `path` could be changed by another
+/// user, or its real path (every symbolic link resolved) when it cannot.
+///
+/// Each step of the path is checked as the kernel's `protected_symlinks`
+/// and `protected_regular` rules think of `/tmp`: a directory owned by
+/// another user (not root) controls what its names lead to; a directory
+/// others may write controls them too, unless it is sticky and the name
+/// belongs to this user or root (then only they can rename or remove it).
+/// A name that does not exist yet ends the walk: the caller creates it,
+/// private, in a parent that passed. Once every step passes, no other
+/// user can make the path lead anywhere else, so a handle opened on the
+/// real path afterwards is the directory that was checked.
+pub(crate) fn path_problem(path: &Path) -> io::Result<Result<std::path::PathBuf, String>> {
+    use std::collections::VecDeque;
+    use std::path::{Component, PathBuf};
+    let me = euid();
+    let trusted = |uid: u32| uid == me || uid == 0;
+    let mut left: VecDeque<std::ffi::OsString> = VecDeque::new();
+    let push_front = |left: &mut VecDeque<std::ffi::OsString>, p: &Path| {
+        for c in p.components().rev() {
+            if let Component::Normal(n) = c {
+                left.push_front(n.to_owned());
+            } else if c == Component::ParentDir {
+                left.push_front("..".into());
+            }
+        }
+    };
+    let absolute = std::path::absolute(path)?;
+    push_front(&mut left, &absolute);
+    let mut real = PathBuf::from("/");
+    let mut links = 0;
+    while let Some(name) = left.pop_front() {
+        if name == ".." {
+            real.pop();
+            continue;
+        }
+        let parent = std::fs::metadata(&real)?;
+        let next = real.join(&name);
+        let meta = match std::fs::symlink_metadata(&next) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                real.push(name);
+                for rest in left.drain(..) {
+                    real.push(rest);
+                }
+                break;
+            }
+            Err(e) => return Err(e),
+        };
+        if !trusted(parent.uid()) {
+            return Ok(Err(format!(
+                "{} is owned by uid {}, who could swap what {} leads to",
+                real.display(),
+                parent.uid(),
+                next.display()
+            )));
+        }
+        let open_to_others = parent.mode() & 0o022 != 0;
+        let sticky = parent.mode() & 0o1000 != 0;
+        if open_to_others && !(sticky && trusted(meta.uid())) {
+            return Ok(Err(format!(
+                "{} lets other users write in it (mode {:o}){}, so they could swap {}",
+                real.display(),
+                parent.mode() & 0o7777,
+                if sticky {
+                    format!(" and {} is uid {}'s", next.display(), meta.uid())
+                } else {
+                    String::new()
+                },
+                next.display()
+            )));
+        }
+        if meta.file_type().is_symlink() {
+            links += 1;
+            if links > 40 {
+                return Err(io::Error::from_raw_os_error(libc::ELOOP));
+            }
+            let target = std::fs::read_link(&next)?;
+            if target.is_absolute() {
+                real = PathBuf::from("/");
+            }
+            push_front(&mut left, &target);
+        } else {
+            real = next;
+        }
+    }
+    Ok(Ok(real))
+}
+
+/// A directory opened once (`O_DIRECTORY | O_NOFOLLOW`): every file in it
+/// is opened, created, renamed and removed relative to this handle
+/// (`openat`, `renameat`, `unlinkat`, each with `O_NOFOLLOW` where it
+/// opens), so that nothing done to the directory's path afterwards changes
+/// which directory they act in.
+pub(crate) struct DirHandle {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl DirHandle {
+    /// Open the directory at `real` (a path with no symbolic link in its
+    /// last step).
+    pub(crate) fn open(real: &Path) -> io::Result<DirHandle> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(real)?;
+        Ok(DirHandle { fd: file.into() })
+    }
+
+    /// Create directory `real` (private to this user), its missing parents
+    /// too, then open it.
+    pub(crate) fn create(real: &Path) -> io::Result<DirHandle> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(real)?;
+        DirHandle::open(real)
+    }
+
+    /// Why another user could plant, swap or read files in it (it is
+    /// theirs, or others may write in it), or `None`; a directory only
+    /// others' reading is wrong with is made private first, and said in
+    /// the second value.
+    pub(crate) fn make_private(&self) -> io::Result<(Option<String>, Option<String>)> {
+        let st = fstat_fd(self.fd.as_raw_fd())?;
+        let me = euid();
+        if st.st_uid != me {
+            let why = format!("it is owned by uid {}, not by this user (uid {me})", st.st_uid);
+            return Ok((Some(why), None));
+        }
+        // mode_t is u16 on Apple's systems, u32 elsewhere.
+        #[allow(clippy::useless_conversion)]
+        let mode = u32::from(st.st_mode) & 0o7777;
+        if mode & 0o022 != 0 {
+            let why = format!("its mode {mode:o} lets other users write in it");
+            return Ok((Some(why), None));
+        }
+        if mode & 0o077 == 0 {
+            return Ok((None, None));
+        }
+        // SAFETY: a live descriptor; fchmod touches no memory.
+        cvt(unsafe { libc::fchmod(self.fd.as_raw_fd(), 0o700) })?;
+        Ok((None, Some(format!("its mode was {mode:o}: made 700"))))
+    }
+
+    /// Open file `name` in it, for reading (and writing with `write`), only
+    /// if it is a regular file of this user's (never a link, a FIFO or a
+    /// device; the open never waits). `NotFound` when there is none.
+    pub(crate) fn open_file(&self, name: &OsStr, write: bool) -> io::Result<File> {
+        let c = entry_name(name)?;
+        let access = if write { libc::O_RDWR } else { libc::O_RDONLY };
+        let flags = access | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+        // SAFETY: a live directory descriptor and a NUL-terminated name.
+        let fd = cvt(unsafe { libc::openat(self.fd.as_raw_fd(), c.as_ptr(), flags) })?;
+        // SAFETY: `fd` was just opened and nothing else owns it.
+        let file = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let st = fstat_fd(fd)?;
+        if !is_regular(st.st_mode) {
+            return Err(not_regular());
+        }
+        if st.st_uid != euid() {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("owned by uid {}, not by this user", st.st_uid),
+            ));
+        }
+        clear_nonblock(fd)?;
+        Ok(file)
+    }
+
+    /// Create file `name` in it, readable and writable by this user alone
+    /// (0600), failing if any file or link has that name.
+    pub(crate) fn create_new(&self, name: &OsStr) -> io::Result<File> {
+        let c = entry_name(name)?;
+        let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        let mode: libc::c_uint = 0o600;
+        // SAFETY: a live directory descriptor and a NUL-terminated name.
+        let fd = cvt(unsafe { libc::openat(self.fd.as_raw_fd(), c.as_ptr(), flags, mode) })?;
+        // SAFETY: `fd` was just opened and nothing else owns it.
+        Ok(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+    }
+
+    /// Rename `from` to `to` in it, replacing `to`.
+    pub(crate) fn rename(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
+        let (f, t) = (entry_name(from)?, entry_name(to)?);
+        let d = self.fd.as_raw_fd();
+        // SAFETY: a live directory descriptor and NUL-terminated names.
+        cvt(unsafe { libc::renameat(d, f.as_ptr(), d, t.as_ptr()) })?;
+        Ok(())
+    }
+
+    /// Remove file `name` from it (never a directory).
+    pub(crate) fn remove(&self, name: &OsStr) -> io::Result<()> {
+        let c = entry_name(name)?;
+        // SAFETY: a live directory descriptor and a NUL-terminated name.
+        cvt(unsafe { libc::unlinkat(self.fd.as_raw_fd(), c.as_ptr(), 0) })?;
+        Ok(())
+    }
+
+    /// The names in it that are regular files (by `fstatat` without
+    /// following links), with their length and modification time.
+    pub(crate) fn files(&self) -> io::Result<Vec<(std::ffi::OsString, u64, std::time::SystemTime)>> {
+        // A descriptor of its own for the directory stream, which
+        // closedir closes: the handle's own stays open.
+        // SAFETY: a live descriptor; fcntl touches no memory.
+        let dup = cvt(unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) })?;
+        // SAFETY: `dup` is a directory descriptor nothing else owns; on
+        // success the stream owns it.
+        let dir = unsafe { libc::fdopendir(dup) };
+        if dir.is_null() {
+            let e = io::Error::last_os_error();
+            // SAFETY: `dup` is ours and still open.
+            unsafe { libc::close(dup) };
+            return Err(e);
+        }
+        // SAFETY: a live stream; the dup shares its offset with others.
+        unsafe { libc::rewinddir(dir) };
+        let mut out = Vec::new();
+        loop {
+            // SAFETY: a live stream, read by this thread only.
+            let ent = unsafe { libc::readdir(dir) };
+            if ent.is_null() {
+                break;
+            }
+            // SAFETY: readdir returned a live entry whose d_name is
+            // NUL-terminated; it is copied before the next call.
+            let name = unsafe { std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()) };
+            let bytes = name.to_bytes();
+            if bytes == b"." || bytes == b".." {
+                continue;
+            }
+            // SAFETY: an all-zero stat is valid; fstatat writes it.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: a live directory descriptor, a NUL-terminated name and
+            // a live, writable struct.
+            let r = unsafe {
+                libc::fstatat(self.fd.as_raw_fd(), name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW)
+            };
+            if r != 0 || !is_regular(st.st_mode) {
+                continue;
+            }
+            let mtime = std::time::UNIX_EPOCH
+                + std::time::Duration::new(
+                    u64::try_from(st.st_mtime).unwrap_or(0),
+                    u32::try_from(st.st_mtime_nsec).unwrap_or(0),
+                );
+            let len = u64::try_from(st.st_size).unwrap_or(0);
+            out.push((OsStr::from_bytes(bytes).to_owned(), len, mtime));
+        }
+        // SAFETY: the stream is live and not used again; this closes `dup`.
+        unsafe { libc::closedir(dir) };
+        Ok(out)
+    }
+
+    /// Make renames and removals in it durable (`fsync` on the directory).
+    pub(crate) fn sync(&self) -> io::Result<()> {
+        // SAFETY: a live descriptor; fsync touches no memory.
+        cvt(unsafe { libc::fsync(self.fd.as_raw_fd()) })?;
+        Ok(())
+    }
+}
+
+/// Make a file of this user's private to it (0600) if others may read or
+/// write it: an entry written by an older weightmap, made 0644.
+pub(crate) fn make_file_private(file: &File) -> io::Result<()> {
+    let st = fstat_fd(file.as_raw_fd())?;
+    // mode_t is u16 on Apple's systems, u32 elsewhere.
+    #[allow(clippy::useless_conversion)]
+    let mode = u32::from(st.st_mode);
+    if mode & 0o077 != 0 {
+        // SAFETY: a live descriptor; fchmod touches no memory.
+        cvt(unsafe { libc::fchmod(file.as_raw_fd(), 0o600) })?;
+    }
+    Ok(())
+}
+
+/// `file`, switched to direct writes (`O_DIRECT` set on the open file with
+/// `fcntl`, not by opening its path again) until the guard is dropped.
+/// `Unsupported` where there is no `O_DIRECT`.
+pub(crate) struct DirectWrites<'a> {
+    file: &'a File,
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    flags: libc::c_int,
+}
+
+impl<'a> DirectWrites<'a> {
+    pub(crate) fn start(file: &'a File) -> io::Result<DirectWrites<'a>> {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            let fd = file.as_raw_fd();
+            // SAFETY: a live descriptor; F_GETFL touches no memory.
+            let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
+            // SAFETY: as above.
+            cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_DIRECT) })?;
+            Ok(DirectWrites { file, flags })
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        {
+            let _ = file;
+            Err(io::Error::new(io::ErrorKind::Unsupported, "O_DIRECT is Linux-only"))
+        }
+    }
+
+    /// The file, writing past the page cache.
+    pub(crate) fn file(&self) -> &File {
+        self.file
+    }
+}
+
+impl Drop for DirectWrites<'_> {
+    fn drop(&mut self) {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        // SAFETY: a live descriptor; F_SETFL touches no memory. Restoring
+        // the flags cannot fail on a descriptor F_GETFL read them from.
+        unsafe {
+            libc::fcntl(self.file.as_raw_fd(), libc::F_SETFL, self.flags);
+        }
+    }
 }
 
 /// Allocate the blocks of `file`'s first `len` bytes, so that writing them
@@ -505,11 +886,6 @@ pub(crate) fn reserve(file: &File, len: u64) -> io::Result<()> {
         let _ = (file, len);
         Err(io::ErrorKind::Unsupported.into())
     }
-}
-
-/// Make a rename in `dir` durable: fsync the directory itself.
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 /// Whether [`try_lock`] tells a held file from a free one here (`flock`).

@@ -43,8 +43,9 @@ use windows_sys::Win32::Foundation::{
     FALSE, HANDLE, INVALID_HANDLE_VALUE,
 };
 use windows_sys::Win32::Storage::FileSystem::{
-    GetFileInformationByHandle, ReOpenFile, BY_HANDLE_FILE_INFORMATION, FILE_FLAG_NO_BUFFERING,
-    FILE_GENERIC_READ, FILE_SHARE_DELETE, FILE_SHARE_READ, FILE_SHARE_WRITE,
+    FileBasicInfo, GetFileInformationByHandle, GetFileInformationByHandleEx, ReOpenFile,
+    BY_HANDLE_FILE_INFORMATION, FILE_BASIC_INFO, FILE_FLAG_NO_BUFFERING, FILE_GENERIC_READ,
+    FILE_GENERIC_WRITE, FILE_SHARE_DELETE, FILE_SHARE_READ, FILE_SHARE_WRITE,
 };
 use windows_sys::Win32::System::JobObjects::{
     IsProcessInJob, JobObjectExtendedLimitInformation, JobObjectLimitViolationInformation,
@@ -454,15 +455,6 @@ pub(crate) fn open_direct(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-/// Open `path` for writes that bypass the file cache
-/// (`FILE_FLAG_NO_BUFFERING`), with the rules of [`open_direct`].
-pub(crate) fn open_direct_writer(path: &Path) -> io::Result<File> {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(FILE_FLAG_NO_BUFFERING)
-        .open(path)
-}
-
 /// Whether `e` refuses unbuffered reads (an unaligned request, a file
 /// system without them), after which buffered reads serve instead.
 pub(crate) fn refuses_direct_io(e: &io::Error) -> bool {
@@ -499,24 +491,90 @@ pub(crate) fn file_identity(file: &File) -> io::Result<(u64, u64)> {
     Ok((u64::from(volume), (u64::from(high) << 32) | u64::from(low)))
 }
 
+/// The open file's change time (`FILE_BASIC_INFO.ChangeTime`, in 100 ns
+/// units): set by any write or attribute change, and not by
+/// `SetFileTime` on the last-write time alone, so a rewrite whose
+/// modification time was restored still shows here.
+pub(crate) fn change_time_ns(file: &File) -> io::Result<u64> {
+    // SAFETY: an all-zero FILE_BASIC_INFO is a valid value.
+    let mut info: FILE_BASIC_INFO = unsafe { std::mem::zeroed() };
+    // SAFETY: a live handle, and a live, writable struct of the size given.
+    let ok = unsafe {
+        GetFileInformationByHandleEx(
+            file.as_raw_handle() as HANDLE,
+            FileBasicInfo,
+            (&mut info as *mut FILE_BASIC_INFO).cast(),
+            std::mem::size_of::<FILE_BASIC_INFO>() as u32,
+        )
+    };
+    if ok == FALSE {
+        return last_error();
+    }
+    Ok(u64::try_from(info.ChangeTime).unwrap_or(0).saturating_mul(100))
+}
+
+/// Open `path` for reading if it is a regular file (a named pipe or a
+/// device is refused with `InvalidInput`).
+pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"));
+    }
+    File::open(path)
+}
+
 /// Windows has no mode bits, and a directory's owner is often a group
-/// (Administrators), not the user: a directory the user can create inherits
-/// the ACL of its parent, which is relied on, as for any file the user
-/// creates. Nothing is refused here.
-pub(crate) fn shared_dir_problem(dir: &Path) -> io::Result<Option<String>> {
-    std::fs::metadata(dir).map(|_| None)
+/// (Administrators), not the user: a directory under the user's profile
+/// (`%LOCALAPPDATA%`) inherits its ACL, which is relied on, as for any
+/// file the user creates. No step of a path is refused here.
+pub(crate) fn path_problem(path: &Path) -> io::Result<Result<std::path::PathBuf, String>> {
+    std::path::absolute(path).map(Ok)
+}
+
+/// Files inherit the directory's ACL: nothing to change.
+pub(crate) fn make_file_private(_file: &File) -> io::Result<()> {
+    Ok(())
+}
+
+/// A second handle on `file` that writes past the file cache
+/// (`ReOpenFile` with `FILE_FLAG_NO_BUFFERING`: the same file, never its
+/// path opened again).
+pub(crate) struct DirectWrites<'a> {
+    direct: File,
+    _file: std::marker::PhantomData<&'a File>,
+}
+
+impl<'a> DirectWrites<'a> {
+    pub(crate) fn start(file: &'a File) -> io::Result<DirectWrites<'a>> {
+        // SAFETY: a live handle; ReOpenFile returns a new one or an error.
+        let h = unsafe {
+            ReOpenFile(
+                file.as_raw_handle() as HANDLE,
+                FILE_GENERIC_WRITE,
+                FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
+                FILE_FLAG_NO_BUFFERING,
+            )
+        };
+        if h == INVALID_HANDLE_VALUE || h.is_null() {
+            return last_error();
+        }
+        // SAFETY: `h` is a valid handle that nothing else owns.
+        let direct = unsafe { File::from_raw_handle(h as _) };
+        Ok(DirectWrites {
+            direct,
+            _file: std::marker::PhantomData,
+        })
+    }
+
+    /// The handle writing past the file cache.
+    pub(crate) fn file(&self) -> &File {
+        &self.direct
+    }
 }
 
 /// Extending a file with `SetEndOfFile` (`File::set_len`) allocates its
 /// clusters on NTFS, so a full disk fails there, before any write through a
 /// mapping: nothing more to do.
 pub(crate) fn reserve(_file: &File, _len: u64) -> io::Result<()> {
-    Ok(())
-}
-
-/// NTFS journals its metadata: a completed rename needs no directory flush
-/// (and a directory cannot be opened as a `File` without backup semantics).
-pub(crate) fn sync_dir(_dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
