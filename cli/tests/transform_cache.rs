@@ -1,7 +1,9 @@
 //! `weightmap cache ls|verify|prune|clear` on caches the library filled:
 //! listing (text and JSON), a flipped byte found by verify and named,
 //! least-recently-used and stale entries pruned, clear, and the directory
-//! taken from the environment.
+//! taken from the environment; files that are not entries by their
+//! contents (a model named like one, FIFOs) left alone, a size limit that
+//! is not a byte count, and a directory other users could write refused.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -9,7 +11,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
-use weightmap::cache::{Cache, Transform};
+use weightmap::cache::{parse_size, Cache, CacheBypass, Transform};
 use weightmap::{gguf::Writer, Header, LoadOptions, TensorType};
 
 /// F32 elements of the large tensor: 64 KiB, more than both 4 KiB ends a
@@ -198,17 +200,36 @@ fn ls_lists_an_entry_and_verify_names_a_flipped_byte() {
     assert!(stdout(&cache("verify", &dir, &[], 0)).contains("1 entry: 1 ok, 0 bad"));
 }
 
+/// Replace the entry at `entry` by a GGUF file that holds its key (so it is
+/// still that key's entry by its contents) and one tensor, and no other
+/// field: what a hand-made file, or a writer that stopped short of the
+/// other fields, leaves under an entry's name.
+fn keep_only_the_key(entry: &Path) {
+    let header = Header::read(entry).unwrap();
+    let md = header.gguf_metadata().unwrap();
+    let key = md.get_str("weightmap.cache.key").unwrap().to_owned();
+    let mut w = Writer::new(64);
+    w.kv_str("weightmap.cache.key", &key);
+    w.tensor("w", TensorType::F32, &[4], 1.0f32.to_le_bytes().repeat(4));
+    let tmp = entry.with_extension("rewrite");
+    w.write_with(fs::File::create(&tmp).unwrap(), |_, _| {})
+        .unwrap();
+    fs::rename(&tmp, entry).unwrap();
+}
+
 #[test]
-fn an_unreadable_entry_is_listed_as_such_and_fails_verify() {
+fn an_entry_whose_header_lacks_a_field_is_listed_unreadable_fails_verify_and_is_pruned() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("cache");
     let (_, good) = model_and_entry(tmp.path(), "model.gguf", 0, &dir);
-    let junk = dir.join(format!("{}.gguf", "0".repeat(32)));
-    fs::write(&junk, b"not a GGUF file").unwrap();
+    let (_, junk) = model_and_entry(tmp.path(), "other.gguf", 1, &dir);
+    keep_only_the_key(&junk);
+    let junk_len = fs::metadata(&junk).unwrap().len();
 
     let text = stdout(&cache("ls", &dir, &[], 0));
     let row = text.lines().find(|l| l.contains(name(&junk))).unwrap();
     assert!(row.contains("unreadable: "), "{row}");
+    assert!(row.contains("weightmap.cache.source"), "{row}");
     assert!(text.contains("total: 2 entries (1 unreadable)"), "{text}");
     let listed = json(&cache("ls", &dir, &["--json"], 0));
     let junk_json = listed
@@ -217,11 +238,11 @@ fn an_unreadable_entry_is_listed_as_such_and_fails_verify() {
         .iter()
         .find(|e| e["path"] == junk.to_str().unwrap())
         .unwrap();
-    assert_eq!(junk_json["bytes"], 15);
+    assert_eq!(junk_json["bytes"], junk_len);
     assert!(junk_json["transform"].is_null() && junk_json["stale"].is_null());
     assert!(junk_json["error"].is_string());
 
-    let o = cache("verify", &dir, &[], 1);
+    let o = cache("verify", &dir, &["--keep-bad"], 1);
     assert!(stdout(&o).contains(&format!("ok   {}", name(&good))));
     let err = stderr(&o);
     assert!(
@@ -231,6 +252,73 @@ fn an_unreadable_entry_is_listed_as_such_and_fails_verify() {
     assert!(
         err.contains(name(&junk)) && !err.contains(name(&good)),
         "{err}"
+    );
+
+    let report = json(&cache("prune", &dir, &["--json"], 0));
+    let removed = report["removed"].as_array().unwrap();
+    assert_eq!(removed.len(), 1, "{report}");
+    assert_eq!(removed[0]["path"], junk.to_str().unwrap());
+    let reason = removed[0]["reason"].as_str().unwrap();
+    assert!(reason.starts_with("unreadable: "), "{reason}");
+    assert!(!junk.exists() && good.exists());
+}
+
+/// A file's bytes, or `None` when it is gone.
+fn contents(path: &Path) -> Option<Vec<u8>> {
+    fs::read(path).ok()
+}
+
+#[test]
+fn a_model_named_like_an_entry_is_never_listed_checked_or_removed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cache");
+    let (model, entry) = model_and_entry(tmp.path(), "model.gguf", 0, &dir);
+    // A valid GGUF file with no key: a model kept in the cache's folder.
+    let model_there = dir.join(format!("{}.gguf", "0123456789abcdef".repeat(2)));
+    write_model(&model_there, 3);
+    let before = contents(&model_there);
+    assert!(before.is_some());
+
+    let text = stdout(&cache("ls", &dir, &[], 0));
+    assert!(!text.contains(name(&model_there)), "{text}");
+    assert!(text.contains("total: 1 entry, "), "{text}");
+    let listed = json(&cache("ls", &dir, &["--json"], 0));
+    let paths: Vec<&Value> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["path"])
+        .collect();
+    assert_eq!(paths, [entry.to_str().unwrap()]);
+
+    let text = stdout(&cache("verify", &dir, &[], 0));
+    assert!(text.contains("1 entry: 1 ok, 0 bad"), "{text}");
+    assert!(!text.contains(name(&model_there)), "{text}");
+    assert!(
+        contents(&model_there) == before,
+        "the model was changed or removed"
+    );
+
+    let report = json(&cache("prune", &dir, &["--max-size", "0", "--json"], 0));
+    let removed: Vec<&Value> = report["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["path"])
+        .collect();
+    assert_eq!(removed, [entry.to_str().unwrap()], "{report}");
+    assert!(
+        contents(&model_there) == before,
+        "the model was changed or removed"
+    );
+
+    assert_eq!(fill(&dir, &model), entry);
+    let report = json(&cache("clear", &dir, &["--json"], 0));
+    assert_eq!(report["removed"].as_array().unwrap().len(), 1, "{report}");
+    assert!(!entry.exists());
+    assert!(
+        contents(&model_there) == before,
+        "the model was changed or removed"
     );
 }
 
@@ -393,4 +481,198 @@ fn bad_sizes_are_refused() {
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+/// Make a FIFO at `path`.
+#[cfg(unix)]
+fn mkfifo(path: &Path) {
+    let status = Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("running mkfifo");
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+/// [`cache`], failed if it has not ended after 30 s: an open of a FIFO
+/// waits for a writer that never comes, and the test would hang instead.
+/// Its output goes to files in `scratch`, so that no full pipe stalls it.
+#[cfg(unix)]
+fn cache_ending(scratch: &Path, action: &str, dir: &Path, extra: &[&str], code: i32) -> Output {
+    let mut args = vec!["cache", action, "--dir", dir.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let (out, err) = (scratch.join("stdout"), scratch.join("stderr"));
+    let mut child = cmd(&args)
+        .stdout(fs::File::create(&out).unwrap())
+        .stderr(fs::File::create(&err).unwrap())
+        .spawn()
+        .expect("running the weightmap binary");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?} had not ended after 30 s: it waits on a FIFO");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let o = Output {
+        status,
+        stdout: fs::read(&out).unwrap(),
+        stderr: fs::read(&err).unwrap(),
+    };
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "{args:?}: stdout {} stderr {}",
+        stdout(&o),
+        stderr(&o)
+    );
+    o
+}
+
+#[cfg(unix)]
+#[test]
+fn fifos_named_like_entries_or_fills_and_a_fifo_source_are_never_opened() {
+    use std::os::unix::fs::FileTypeExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cache");
+    let (model, stale) = model_and_entry(tmp.path(), "model.gguf", 0, &dir);
+    let (_, current) = model_and_entry(tmp.path(), "other.gguf", 1, &dir);
+    fs::remove_file(&model).unwrap();
+    mkfifo(&model);
+    let fifos = [
+        dir.join(format!("{}.gguf", "0123456789abcdef".repeat(2))),
+        dir.join(format!(".tmp-{}-1", "fedcba9876543210".repeat(2))),
+    ];
+    for f in &fifos {
+        mkfifo(f);
+    }
+
+    let listed = json(&cache_ending(tmp.path(), "ls", &dir, &["--json"], 0));
+    let listed: Vec<(&str, bool)> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["path"].as_str().unwrap(), e["stale"].as_bool().unwrap()))
+        .collect();
+    let mut want = [
+        (stale.to_str().unwrap(), true),
+        (current.to_str().unwrap(), false),
+    ];
+    want.sort();
+    assert_eq!(listed, want);
+
+    let text = stdout(&cache_ending(tmp.path(), "verify", &dir, &[], 0));
+    assert!(text.contains("2 entries: 2 ok, 0 bad"), "{text}");
+
+    let report = json(&cache_ending(tmp.path(), "prune", &dir, &["--json"], 0));
+    let removed = report["removed"].as_array().unwrap();
+    assert_eq!(removed.len(), 1, "{report}");
+    assert_eq!(removed[0]["path"], stale.to_str().unwrap());
+    assert_eq!(report["kept"], 1);
+
+    let report = json(&cache_ending(tmp.path(), "clear", &dir, &["--json"], 0));
+    let removed = report["removed"].as_array().unwrap();
+    assert_eq!(removed.len(), 1, "{report}");
+    assert_eq!(removed[0]["path"], current.to_str().unwrap());
+    for f in fifos.iter().chain([&model]) {
+        let kind = fs::symlink_metadata(f).unwrap().file_type();
+        assert!(kind.is_fifo(), "{} was replaced or removed", f.display());
+    }
+}
+
+#[test]
+fn a_limit_that_is_not_a_byte_count_stops_only_a_prune_without_max_size() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cache");
+    let (model, entry) = model_and_entry(tmp.path(), "model.gguf", 0, &dir);
+    let why = CacheBypass::InvalidMaxSize {
+        value: "lots".into(),
+        problem: parse_size("lots").unwrap_err(),
+    };
+    let run_with_lots = |action: &str, extra: &[&str], code: i32| {
+        let mut args = vec!["cache", action, "--dir", dir.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let o = cmd(&args)
+            .env("WEIGHTMAP_CACHE_MAX_SIZE", "lots")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {}", stderr(&o));
+        o
+    };
+
+    let o = run_with_lots("ls", &[], 0);
+    let text = stdout(&o);
+    assert!(text.contains(name(&entry)), "{text}");
+    let total = text.lines().last().unwrap();
+    assert!(total.starts_with("total: 1 entry, "), "{total}");
+    assert!(
+        total.contains(&format!(" of an invalid limit ({why}), in ")),
+        "{total}"
+    );
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+    let listed = json(&run_with_lots("ls", &["--json"], 0));
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    let text = stdout(&run_with_lots("verify", &[], 0));
+    assert!(text.contains("1 entry: 1 ok, 0 bad"), "{text}");
+
+    let o = run_with_lots("prune", &[], 1);
+    assert_eq!(stderr(&o), format!("error: {why}\n"));
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+    assert!(entry.exists());
+
+    let report = json(&run_with_lots("prune", &["--max-size", "0", "--json"], 0));
+    assert_eq!(report["removed"].as_array().unwrap().len(), 1, "{report}");
+    assert_eq!(report["max_size"], 0);
+    assert!(!entry.exists());
+
+    assert_eq!(fill(&dir, &model), entry);
+    let report = json(&run_with_lots("clear", &["--json"], 0));
+    assert_eq!(report["removed"].as_array().unwrap().len(), 1, "{report}");
+    assert!(!entry.exists());
+}
+
+#[cfg(unix)]
+#[test]
+fn a_directory_others_can_write_is_refused_and_one_they_can_read_is_made_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cache");
+    let (_, entry) = model_and_entry(tmp.path(), "model.gguf", 0, &dir);
+    let mode = |d: &Path| fs::metadata(d).unwrap().permissions().mode() & 0o7777;
+    let chmod = |d: &Path, m: u32| fs::set_permissions(d, fs::Permissions::from_mode(m)).unwrap();
+
+    chmod(&dir, 0o777);
+    for (action, extra) in [
+        ("ls", &[][..]),
+        ("ls", &["--json"][..]),
+        ("verify", &[][..]),
+        ("prune", &[][..]),
+        ("prune", &["--max-size", "0"][..]),
+        ("clear", &[][..]),
+    ] {
+        let o = cache(action, &dir, extra, 1);
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{action} {extra:?}: {err}");
+        assert!(err.starts_with("error: "), "{action} {extra:?}: {err}");
+        assert!(
+            err.contains("mode 777 lets other users write in it"),
+            "{action} {extra:?}: {err}"
+        );
+        assert!(
+            err.contains(dir.to_str().unwrap()),
+            "{action} {extra:?}: {err}"
+        );
+        assert!(stdout(&o).is_empty(), "{action} {extra:?}: {}", stdout(&o));
+    }
+    assert!(entry.exists());
+    assert_eq!(mode(&dir), 0o777, "a refused directory was changed");
+
+    chmod(&dir, 0o755);
+    let text = stdout(&cache("ls", &dir, &[], 0));
+    assert!(text.contains(name(&entry)), "{text}");
+    assert_eq!(mode(&dir), 0o700);
 }

@@ -296,16 +296,20 @@ pub(crate) fn identify(file: &File, label: &Path, name_hash: &str) -> Option<Hea
     Some(header)
 }
 
-/// Every check of the entry in `file`, whose header is
-/// `header`: its key (when `expected_key` is given; `None` for a check that
-/// does not know the source, `cache verify`), the header's checksum, and
-/// every byte of every tensor against its stored checksum, read from the
-/// file itself, so that what is checked does not depend on how the entry
-/// is then loaded (mapped or streamed, into host or device buffers).
+/// Every check of the entry in `file`, whose header is `header`: its key
+/// (when `expected_key` is given; `None` for a check that does not know
+/// the source, `cache verify`), the header's checksum, and every byte of
+/// every tensor against its stored checksum. The bytes are the file's,
+/// read through `mapped` (a mapping of the whole file, the load's own when
+/// it mapped it, so that the pages the check brings in are the ones the
+/// tensors use) or else from `file` itself: what is checked never depends
+/// on how the entry is loaded (mapped or streamed, into host or device
+/// buffers).
 pub(crate) fn check(
     file: &File,
     header: &Header,
     expected_key: Option<&str>,
+    mapped: Option<&Mapping>,
 ) -> Result<(), Problem> {
     let md = header
         .gguf_metadata()
@@ -342,7 +346,7 @@ pub(crate) fn check(
         )));
     }
     let ranges: Vec<Range<u64>> = tensors.iter().map(|t| t.file_range()).collect();
-    let got = hash_ranges(file, &ranges).map_err(|e| Problem::Unreadable(e.to_string()))?;
+    let got = hash_ranges(file, &ranges, mapped).map_err(|e| Problem::Unreadable(e.to_string()))?;
     for ((t, want), got) in tensors.iter().zip(sums).zip(got) {
         if want != got {
             return Err(Problem::Tensor(t.name.to_owned()));
@@ -352,50 +356,63 @@ pub(crate) fn check(
 }
 
 /// XXH3-64 of each of `ranges` of `file`, on up to four threads (the
-/// largest ranges first), read through a read-only mapping of the file
-/// whose pages a mapped load then finds in the page cache; through
-/// positioned reads where the file cannot be mapped.
-fn hash_ranges(file: &File, ranges: &[Range<u64>]) -> std::io::Result<Vec<u64>> {
-    let Some(end) = ranges.iter().map(|r| r.end).max().filter(|&e| e > 0) else {
-        return Ok(vec![xxh3_64(&[]); ranges.len()]);
+/// largest ranges first): through `mapped` when it covers them, else a
+/// read-only mapping of the file made here, else positioned reads.
+fn hash_ranges(
+    file: &File,
+    ranges: &[Range<u64>],
+    mapped: Option<&Mapping>,
+) -> std::io::Result<Vec<u64>> {
+    let end = ranges.iter().map(|r| r.end).max().unwrap_or(0);
+    let own;
+    let map = match mapped.filter(|m| m.len() as u64 >= end) {
+        Some(m) => Some(m),
+        None if end == 0 => None,
+        None => {
+            // SAFETY: the entry is a file of this user's in a directory only
+            // this user can write, and weightmap never writes an entry once
+            // it is renamed into place (it renames another over it, or
+            // removes it, which leaves this mapping intact): nothing
+            // modifies or truncates it while the mapping, dropped before
+            // this returns, lives.
+            own = unsafe { Mapping::map_range(file, 0, end) }.ok();
+            own.as_ref()
+        }
     };
-    // SAFETY: the entry is a file of this user's in a directory only this
-    // user can write, and weightmap never writes an entry once it is
-    // renamed into place (it renames another over it, or removes it,
-    // which leaves this mapping intact): nothing modifies or truncates it
-    // while the mapping, dropped before this returns, lives.
-    let map = unsafe { Mapping::map_range(file, 0, end) };
     let mut order: Vec<usize> = (0..ranges.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(ranges[i].end - ranges[i].start));
     let next = AtomicUsize::new(0);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
-    let results: Vec<Vec<(usize, std::io::Result<u64>)>> = std::thread::scope(|scope| {
-        let work = || {
-            let mut out = Vec::new();
-            while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
-                let r = &ranges[i];
-                let sum = match &map {
-                    Ok(map) => {
-                        // Within the mapping, which is `end` bytes long.
-                        let (s, e) = (r.start as usize, r.end as usize);
-                        map.will_need(s, e);
-                        Ok(xxh3_64(&map.bytes()[s..e]))
-                    }
-                    Err(_) => hash_by_reads(file, r.clone()),
-                };
-                out.push((i, sum));
-            }
-            out
-        };
+    let work = || {
+        let mut out = Vec::new();
+        while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+            let r = &ranges[i];
+            let sum = match map {
+                Some(map) => {
+                    // Within the mapping, which is at least `end` bytes long.
+                    let (s, e) = (r.start as usize, r.end as usize);
+                    // Read ahead whatever the range's advice (a row table
+                    // is advised random), so that a cold check reads at the
+                    // disk's rate rather than a page a fault.
+                    map.will_need(s, e);
+                    Ok(xxh3_64(&map.bytes()[s..e]))
+                }
+                None => hash_by_reads(file, r.clone()),
+            };
+            out.push((i, sum));
+        }
+        out
+    };
+    let results: Vec<(usize, std::io::Result<u64>)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
-        let mut all = vec![work()];
+        let mut all = work();
         for h in handles {
-            all.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+            all.extend(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
         }
         all
     });
     let mut sums = vec![0u64; ranges.len()];
-    for (i, sum) in results.into_iter().flatten() {
+    for (i, sum) in results {
         sums[i] = sum?;
     }
     Ok(sums)

@@ -129,9 +129,13 @@ pub(crate) unsafe fn open_entry(
     let _ = make_file_private(&file);
     let header = entry::identify(&file, &path, &key.hash)
         .ok_or_else(|| "not a cache entry (its key is not its name's)".to_owned())?;
-    entry::check(&file, &header, Some(&key.text)).map_err(|p| p.to_string())?;
+    // Loaded first, so that where it is mapped, the check reads the very
+    // pages the tensors use; nothing of it is handed out unless it passes.
     // SAFETY: the caller's contract.
     let weights = unsafe { load_open(&file, &path, options) }.map_err(|e| e.to_string())?;
+    let mapping = weights.mapped().and_then(|m| m.mapping());
+    entry::check(&file, &header, Some(&key.text), mapping.map(|m| &**m))
+        .map_err(|p| p.to_string())?;
     touch(dir, &name, &file);
     Ok(Some(OpenEntry {
         weights,
@@ -398,7 +402,7 @@ pub(crate) fn verify(dir: &PrivateDir) -> Result<Vec<(PathBuf, std::result::Resu
     Ok(found(dir)?
         .into_iter()
         .map(|f| {
-            let verdict = entry::check(&f.file, &f.header, None).map_err(|p| p.to_string());
+            let verdict = entry::check(&f.file, &f.header, None, None).map_err(|p| p.to_string());
             (f.path, verdict)
         })
         .collect())
@@ -468,8 +472,22 @@ pub(crate) fn prune(dir: &PrivateDir, max_size: u64, keep: Option<&Path>) -> Res
     for f in found(dir)? {
         match EntryInfo::of(&f.header, f.path.clone(), f.bytes, f.modified) {
             Ok(info) if info.source_current => live.push((f.name, info)),
-            Ok(info) => remove(dir, &mut report, &f.name, &info.path, info.bytes, "source changed or gone"),
-            Err(e) => remove(dir, &mut report, &f.name, &f.path, f.bytes, &format!("unreadable: {e}")),
+            Ok(info) => remove(
+                dir,
+                &mut report,
+                &f.name,
+                &info.path,
+                info.bytes,
+                "source changed or gone",
+            ),
+            Err(e) => remove(
+                dir,
+                &mut report,
+                &f.name,
+                &f.path,
+                f.bytes,
+                &format!("unreadable: {e}"),
+            ),
         }
     }
     live.sort_by_key(|(_, i)| i.last_used);
@@ -477,7 +495,14 @@ pub(crate) fn prune(dir: &PrivateDir, max_size: u64, keep: Option<&Path>) -> Res
     for (name, info) in live {
         if total > max_size && keep != Some(info.path.as_path()) {
             total -= info.bytes;
-            remove(dir, &mut report, &name, &info.path, info.bytes, "least recently used");
+            remove(
+                dir,
+                &mut report,
+                &name,
+                &info.path,
+                info.bytes,
+                "least recently used",
+            );
         } else {
             report.kept += 1;
             report.kept_bytes += info.bytes;
@@ -525,7 +550,14 @@ fn remove_orphans(dir: &PrivateDir, report: &mut PruneReport) -> Result<()> {
         };
         if orphan {
             let path = dir.path().join(&name);
-            remove(dir, report, &name, &path, bytes, "a killed fill's temporary file");
+            remove(
+                dir,
+                report,
+                &name,
+                &path,
+                bytes,
+                "a killed fill's temporary file",
+            );
         }
     }
     Ok(())

@@ -140,7 +140,10 @@ mod by_path {
     impl DirHandle {
         pub(crate) fn open(real: &Path) -> io::Result<DirHandle> {
             if !fs::metadata(real)?.is_dir() {
-                return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a directory"));
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "not a directory",
+                ));
             }
             Ok(DirHandle {
                 path: real.to_owned(),
@@ -170,14 +173,21 @@ mod by_path {
         pub(crate) fn open_file(&self, name: &OsStr, write: bool) -> io::Result<File> {
             let path = self.at(name)?;
             if !fs::symlink_metadata(&path)?.is_file() {
-                return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"));
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "not a regular file",
+                ));
             }
             OpenOptions::new().read(true).write(write).open(path)
         }
 
         pub(crate) fn create_new(&self, name: &OsStr) -> io::Result<File> {
             let path = self.at(name)?;
-            OpenOptions::new().read(true).write(true).create_new(true).open(path)
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(path)
         }
 
         pub(crate) fn rename(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
@@ -192,7 +202,9 @@ mod by_path {
             let mut out = Vec::new();
             for item in fs::read_dir(&self.path)? {
                 let item = item?;
-                let Ok(m) = fs::symlink_metadata(item.path()) else { continue };
+                let Ok(m) = fs::symlink_metadata(item.path()) else {
+                    continue;
+                };
                 if m.is_file() {
                     let mtime = m.modified().unwrap_or(SystemTime::UNIX_EPOCH);
                     out.push((item.file_name(), m.len(), mtime));
@@ -235,7 +247,9 @@ pub(crate) fn path_to_bytes(path: &Path) -> Vec<u8> {
 pub(crate) fn path_from_bytes(bytes: &[u8]) -> Option<PathBuf> {
     #[cfg(unix)]
     {
-        Some(PathBuf::from(<OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(bytes)))
+        Some(PathBuf::from(
+            <OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(bytes),
+        ))
     }
     #[cfg(windows)]
     {
@@ -246,7 +260,9 @@ pub(crate) fn path_from_bytes(bytes: &[u8]) -> Option<PathBuf> {
             .chunks_exact(2)
             .map(|c| u16::from_le_bytes([c[0], c[1]]))
             .collect();
-        Some(PathBuf::from(<OsString as std::os::windows::ffi::OsStringExt>::from_wide(&units)))
+        Some(PathBuf::from(
+            <OsString as std::os::windows::ffi::OsStringExt>::from_wide(&units),
+        ))
     }
     #[cfg(not(any(unix, windows)))]
     {

@@ -25,9 +25,7 @@ pub(crate) fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()
     Ok(())
 }
 
-pub(crate) use sys::{
-    open_direct, read_some_at, refuses_direct_io, reopen_for_reader, DIRECT_IO,
-};
+pub(crate) use sys::{open_direct, read_some_at, refuses_direct_io, reopen_for_reader, DIRECT_IO};
 
 /// The granule of direct I/O: offsets, lengths and addresses are
 /// multiples of it (the largest logical block size in common use).

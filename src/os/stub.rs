@@ -172,7 +172,10 @@ pub(crate) fn change_time_ns(_file: &File) -> io::Result<u64> {
 
 pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
     if !std::fs::metadata(path)?.is_file() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
     }
     File::open(path)
 }

@@ -16,10 +16,10 @@
 //!   drop a file's cached pages, and the budget from the host's VM
 //!   statistics (macOS) or `os_proc_available_memory` (iOS).
 
+use std::ffi::{CString, OsStr};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::ffi::{CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
@@ -672,7 +672,10 @@ impl DirHandle {
         let st = fstat_fd(self.fd.as_raw_fd())?;
         let me = euid();
         if st.st_uid != me {
-            let why = format!("it is owned by uid {}, not by this user (uid {me})", st.st_uid);
+            let why = format!(
+                "it is owned by uid {}, not by this user (uid {me})",
+                st.st_uid
+            );
             return Ok((Some(why), None));
         }
         // mode_t is u16 on Apple's systems, u32 elsewhere.
@@ -719,7 +722,8 @@ impl DirHandle {
     /// (0600), failing if any file or link has that name.
     pub(crate) fn create_new(&self, name: &OsStr) -> io::Result<File> {
         let c = entry_name(name)?;
-        let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        let flags =
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
         let mode: libc::c_uint = 0o600;
         // SAFETY: a live directory descriptor and a NUL-terminated name.
         let fd = cvt(unsafe { libc::openat(self.fd.as_raw_fd(), c.as_ptr(), flags, mode) })?;
@@ -746,7 +750,9 @@ impl DirHandle {
 
     /// The names in it that are regular files (by `fstatat` without
     /// following links), with their length and modification time.
-    pub(crate) fn files(&self) -> io::Result<Vec<(std::ffi::OsString, u64, std::time::SystemTime)>> {
+    pub(crate) fn files(
+        &self,
+    ) -> io::Result<Vec<(std::ffi::OsString, u64, std::time::SystemTime)>> {
         // A descriptor of its own for the directory stream, which
         // closedir closes: the handle's own stays open.
         // SAFETY: a live descriptor; fcntl touches no memory.
@@ -781,7 +787,12 @@ impl DirHandle {
             // SAFETY: a live directory descriptor, a NUL-terminated name and
             // a live, writable struct.
             let r = unsafe {
-                libc::fstatat(self.fd.as_raw_fd(), name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW)
+                libc::fstatat(
+                    self.fd.as_raw_fd(),
+                    name.as_ptr(),
+                    &mut st,
+                    libc::AT_SYMLINK_NOFOLLOW,
+                )
             };
             if r != 0 || !is_regular(st.st_mode) {
                 continue;
@@ -844,7 +855,10 @@ impl<'a> DirectWrites<'a> {
         #[cfg(not(any(target_os = "linux", target_os = "android")))]
         {
             let _ = file;
-            Err(io::Error::new(io::ErrorKind::Unsupported, "O_DIRECT is Linux-only"))
+            Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "O_DIRECT is Linux-only",
+            ))
         }
     }
 

@@ -510,14 +510,19 @@ pub(crate) fn change_time_ns(file: &File) -> io::Result<u64> {
     if ok == FALSE {
         return last_error();
     }
-    Ok(u64::try_from(info.ChangeTime).unwrap_or(0).saturating_mul(100))
+    Ok(u64::try_from(info.ChangeTime)
+        .unwrap_or(0)
+        .saturating_mul(100))
 }
 
 /// Open `path` for reading if it is a regular file (a named pipe or a
 /// device is refused with `InvalidInput`).
 pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
     if !std::fs::metadata(path)?.is_file() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
     }
     File::open(path)
 }

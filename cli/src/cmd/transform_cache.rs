@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::Subcommand;
 use serde_json::{json, Value as Json};
-use weightmap::cache::{parse_size, Cache, EntryInfo, PruneReport};
+use weightmap::cache::{parse_size, Cache, CacheBypass, EntryInfo, PruneReport};
 
 use super::{emit, escape, human_bytes, json_text, table, CliError, CliResult};
 
@@ -22,11 +22,22 @@ pub const LONG_ABOUT: &str = "\
 List, check and trim the cache of transformed tensors: entries that a
 runtime's transform (a dequantization, a repack) wrote once so that every
 later load maps them like any weights. Each entry is a GGUF file named by
-its key.
+its key, and is one by its contents: a regular file of this user's whose
+stored key hashes to its name. Nothing else in the directory (a model that
+happens to be named like an entry, say) is listed, checked or removed, and
+a FIFO, a device or a link is never opened.
 
 The cache is $WEIGHTMAP_CACHE_DIR, else $XDG_CACHE_HOME/weightmap, else
 ~/.cache/weightmap (Windows: %LOCALAPPDATA%\\weightmap), or --dir; its size
-limit is $WEIGHTMAP_CACHE_MAX_SIZE (a byte count such as 20G), else 16 GiB.";
+limit is $WEIGHTMAP_CACHE_MAX_SIZE (a byte count such as 20G), else 16 GiB.
+A limit that is not a byte count does not stop ls, verify or clear (ls
+shows it as invalid); prune then needs --max-size.
+
+Every subcommand applies a load's rules to the directory. On Unix, one
+that another user owns, that other users may write in, or whose path
+another user could redirect is refused (exit status 1, naming the
+problem), and one that others may only read or search is made private
+(mode 700) first.";
 
 #[derive(Debug, Subcommand)]
 enum Action {
@@ -50,7 +61,9 @@ const LS_ABOUT: &str = "\
 List the entries: file, bytes, last use, transform@version, tensors,
 source, and a note: \"stale\" when the source changed or is gone (the entry
 can never be used again; prune removes it), \"unreadable: ...\" when the
-entry's header cannot be read. A total line gives the bytes and the limit.
+entry's header lacks a field this listing shows (verify then fails it, and
+prune removes it). A total line gives the bytes and the limit, or says the
+limit is invalid (with $WEIGHTMAP_CACHE_MAX_SIZE's problem).
 
 --json prints an array with one object per entry, in file-name order:
   path               the entry's file
@@ -71,8 +84,9 @@ Check every byte of every entry against the checksums stored in it (the
 header's and each tensor's), and print each entry with \"ok\" or what is
 wrong (naming the tensor). Exit status 1, with one error line naming the
 bad entries, if any is bad. A bad entry is removed (unless --keep-bad), so
-that the next load of its source rebuilds it. A load checks only the
-header and a few KiB of each tensor; this reads everything.
+that the next load of its source rebuilds it. A load that uses an entry
+checks it in the same way; this checks every entry at once, those no load
+has used lately too.
 
 --json prints an array with one object per entry:
   path     the entry's file
@@ -82,11 +96,13 @@ header and a few KiB of each tensor; this reads everything.
   removed  true when the bad entry was removed";
 
 const PRUNE_ABOUT: &str = "\
-Remove the entries whose source changed or is gone and those that cannot
-be read, then the least recently used until at most --max-size bytes
-remain, and the temporary files of fills that were killed. Prints each
-file removed and why, then what is kept. Exit status 1 if a file could not
-be removed.
+Remove the entries whose source changed or is gone and those whose header
+lacks a field, then the least recently used until at most --max-size bytes
+remain (by default the cache's limit), and the temporary files of fills
+that were killed. Prints each file removed and why, then what is kept.
+Exit status 1 if a file could not be removed, or if --max-size is not
+given and $WEIGHTMAP_CACHE_MAX_SIZE is not a byte count (nothing is
+removed then).
 
 --json prints one object:
   removed     an array of {path, bytes, reason}
@@ -138,7 +154,8 @@ struct PruneArgs {
     #[command(flatten)]
     dir: Where,
     /// Keep at most this many bytes (4096, 64M, 1GiB, 20GB, ...)
-    /// [default: the cache's limit, $WEIGHTMAP_CACHE_MAX_SIZE or 16 GiB].
+    /// [default: the cache's limit, $WEIGHTMAP_CACHE_MAX_SIZE or 16 GiB;
+    /// required when that variable is not a byte count].
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_size: Option<u64>,
     /// Print a JSON object instead of text (fields: see --help).
@@ -161,7 +178,12 @@ pub fn run(a: &Args) -> CliResult {
         Action::Verify(a) => verify(a),
         Action::Prune(a) => {
             let cache = open(&a.dir)?;
-            let max_size = a.max_size.unwrap_or(cache.size_limit());
+            // Pruning to a limit nobody set could remove what the user
+            // meant to keep: without one, only --max-size says how far.
+            let max_size = match a.max_size {
+                Some(bytes) => bytes,
+                None => cache.limit().map_err(CliError::msg)?,
+            };
             let report = cache.prune(max_size)?;
             print_pruned(&cache, &report, max_size, a.json)
         }
@@ -174,17 +196,13 @@ pub fn run(a: &Args) -> CliResult {
 }
 
 /// The cache the user means: `--dir`, else the environment's; with the
-/// environment's limit either way.
+/// environment's limit either way, as the library reads it. A limit that
+/// is not a byte count stops only what needs one (prune without
+/// --max-size), with the library's own message.
 fn open(w: &Where) -> CliResult<Cache> {
-    // The library ignores a limit it cannot read (a load still works);
-    // here the limit is what is shown and pruned to, so say so.
-    if let Ok(s) = std::env::var("WEIGHTMAP_CACHE_MAX_SIZE") {
-        parse_size(&s).map_err(|e| CliError::msg(format!("WEIGHTMAP_CACHE_MAX_SIZE: {e}")))?;
-    }
-    let cache = Cache::new();
     let cache = match &w.dir {
-        Some(dir) => Cache::at(dir).max_size(cache.size_limit()),
-        None => cache,
+        Some(dir) => Cache::new().in_dir(dir),
+        None => Cache::new(),
     };
     if cache.dir().is_none() {
         return Err(CliError::msg(
@@ -301,13 +319,22 @@ fn ls(a: &LsArgs) -> CliResult {
         format!(" ({})", notes.join(", "))
     };
     out.push_str(&format!(
-        "total: {}{notes}, {} of a {} limit, in {}\n",
+        "total: {}{notes}, {} of {}, in {}\n",
         plural(entries.len(), "entry", "entries"),
         human_bytes(total),
-        human_bytes(cache.size_limit()),
+        limit_text(cache.limit()),
         dir_of(&cache),
     ));
     emit(&out)
+}
+
+/// The limit, for the total line: `a 17179869184 (16.0 GiB) limit`, or
+/// `an invalid limit (WEIGHTMAP_CACHE_MAX_SIZE: ...)`.
+fn limit_text(limit: Result<u64, &CacheBypass>) -> String {
+    match limit {
+        Ok(bytes) => format!("a {} limit", human_bytes(bytes)),
+        Err(why) => format!("an invalid limit ({})", escape(&why.to_string())),
+    }
 }
 
 /// `rows` with the cells of `columns` padded on the left to their widest,
