@@ -9,7 +9,7 @@
 use std::cell::Cell;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -191,27 +191,21 @@ fn a_device_buffer_type_fills_then_hits() {
 
 /// Whether the tests that need a second user can run: as root, with
 /// `setpriv` to become `nobody`.
+#[cfg(unix)]
 fn attacker_available(test: &str) -> bool {
-    #[cfg(unix)]
-    {
-        // SAFETY: geteuid has no preconditions.
-        let root = unsafe { libc::geteuid() } == 0;
-        let setpriv = Command::new("setpriv").arg("--version").output().is_ok();
-        if root && setpriv {
-            return true;
-        }
-        println!("{test}: skipped: needs root and setpriv to act as another user");
-        false
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let setpriv = Command::new("setpriv").arg("--version").output().is_ok();
+    if root && setpriv {
+        return true;
     }
-    #[cfg(not(unix))]
-    {
-        println!("{test}: skipped: Unix users and modes only");
-        false
-    }
+    println!("{test}: skipped: needs root and setpriv to act as another user");
+    false
 }
 
 /// Run `script` with `sh` as `nobody` until it is killed.
-fn as_nobody(script: &str) -> Child {
+#[cfg(unix)]
+fn as_nobody(script: &str) -> std::process::Child {
     Command::new("setpriv")
         .args([
             "--reuid=65534",
@@ -239,16 +233,14 @@ fn mode_of(path: &Path) -> u32 {
 
 /// An entry for `model` with the right key and a forger's bytes (every
 /// value times 5), readable by anyone, in a directory of its own.
+#[cfg(unix)]
 fn forged_entry(base: &Path, model: &Path) -> PathBuf {
     let forge = Cache::at(base.join("forge"));
     // SAFETY: nothing modifies the files meanwhile.
     let c = unsafe { forge.load(model, &scale(5.0), &LoadOptions::default()) }.unwrap();
     let path = c.report().entry.clone().unwrap();
-    #[cfg(unix)]
-    {
-        chmod(&base.join("forge"), 0o755);
-        chmod(&path, 0o644);
-    }
+    chmod(&base.join("forge"), 0o755);
+    chmod(&path, 0o644);
     path
 }
 
@@ -621,6 +613,7 @@ fn entries_are_private_and_a_readable_directory_is_made_private() {
 
 /// Run `f` on a thread of its own; fail if it has not finished within a
 /// minute (it waits on a FIFO, say).
+#[cfg(unix)]
 fn within_a_minute<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {

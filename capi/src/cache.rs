@@ -94,8 +94,8 @@ pub struct wm_cache_report {
     pub outcome: u32,
     /// Why the cache could not be used, as a stable name (`"read_only"`,
     /// `"no_space"`, `"unsafe_directory"`, `"no_directory"`,
-    /// `"source_changed"`, `"io"`, ...: those of weightmap's
-    /// `CacheBypass::name`); NULL unless the outcome is
+    /// `"source_changed"`, `"invalid_max_size"`, `"io"`, ...: those of
+    /// weightmap's `CacheBypass::name`); NULL unless the outcome is
     /// [`WM_CACHE_IN_MEMORY`].
     pub reason: *const c_char,
     /// The whole report as a sentence ("cached: mapped PATH", "not cached
