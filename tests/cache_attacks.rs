@@ -163,6 +163,28 @@ fn every_mode_and_buffer_type_hits_a_filled_entry_and_keeps_it() {
     }
 }
 
+/// A valid entry that the caller's options cannot load (a memory budget
+/// too small for a streamed copy) is the load's error, as for any model,
+/// and the entry is left as it is, not rewritten.
+#[test]
+fn a_valid_entry_the_options_cannot_load_is_their_error_and_kept() {
+    let (_dir, model, cache) = setup();
+    let entry = load(&cache, &model).report().entry.clone().unwrap();
+    let (ino, bytes) = (inode(&entry), fs::read(&entry).unwrap());
+    let tight = LoadOptions::default().mode(LoadMode::Stream).budget(4096);
+    // SAFETY: nothing modifies the files meanwhile.
+    let found = unsafe { cache.lookup(&model, &triple().id(), &tight) };
+    assert!(
+        found.is_err(),
+        "a 4 KiB budget cannot hold a 256 KiB copy: an error, not a miss"
+    );
+    // SAFETY: as above.
+    assert!(unsafe { cache.load(&model, &triple(), &tight) }.is_err());
+    assert_eq!(inode(&entry), ino, "the entry was rewritten");
+    assert!(fs::read(&entry).unwrap() == bytes, "the entry changed");
+    assert_eq!(load(&cache, &model).report().outcome, CacheOutcome::Hit);
+}
+
 /// Attack 2: a device buffer type fills an empty cache (the transform
 /// reads the source on the host), then hits.
 #[test]

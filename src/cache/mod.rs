@@ -297,7 +297,9 @@ impl Cache {
     /// As [`Cache::load`].
     ///
     /// # Errors
-    /// The source's own (unreadable, invalid), and the entry's load's.
+    /// The source's own (unreadable, invalid), and the load's own error on
+    /// a valid entry (a budget, a cancelled progress callback: what loading
+    /// any model with `options` could give).
     pub unsafe fn lookup(
         &self,
         source: impl AsRef<Path>,
@@ -313,8 +315,8 @@ impl Cache {
         let mut replaced = None;
         if let Ok(dir) = &dir {
             // SAFETY: the caller's contract covers the cache's entries.
-            match unsafe { store::open_entry(dir, &key, options) } {
-                Ok(Some(found)) => {
+            match unsafe { store::open_entry(dir, &key, options)? } {
+                store::Opened::Entry(found) => {
                     let report = CacheReport {
                         outcome: CacheOutcome::Hit,
                         entry: Some(found.path),
@@ -329,8 +331,8 @@ impl Cache {
                         file: Some(found.file),
                     }));
                 }
-                Ok(None) => {}
-                Err(problem) => replaced = Some(problem),
+                store::Opened::Missing => {}
+                store::Opened::Unusable(problem) => replaced = Some(problem),
             }
         }
         // A fill needs a limit to keep: without one, nothing is written.

@@ -106,38 +106,61 @@ pub(crate) struct OpenEntry {
     pub path: PathBuf,
 }
 
-/// Open, check and load the entry of `key` in `dir`: `Ok(None)` when there
-/// is none, `Err(why)` when the one there is not usable (it will be
-/// replaced).
+/// What a lookup found under an entry's name.
+// Made once per lookup and matched at once: its size does not matter.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Opened {
+    /// A valid entry, loaded.
+    Entry(OpenEntry),
+    /// No file.
+    Missing,
+    /// A file that is not a usable entry, and why (it will be replaced).
+    Unusable(String),
+}
+
+/// Open, check and load the entry of `key` in `dir`.
 ///
 /// # Safety
 /// As `Weights::load`: nothing truncates or modifies the entry while the
 /// weights live.
+///
+/// # Errors
+/// The load's own error, when the entry is valid but cannot be loaded
+/// with `options` (a budget, a cancelled progress callback, a device that
+/// is full): the caller's, as for any model, and no reason to rewrite it.
 pub(crate) unsafe fn open_entry(
     dir: &PrivateDir,
     key: &SourceKey,
     options: &LoadOptions,
-) -> std::result::Result<Option<OpenEntry>, String> {
+) -> Result<Opened> {
     let name = entry_name(&key.hash);
     let path = dir.path().join(&name);
     let file = match dir.open_file(&name, false) {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e.to_string()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Opened::Missing),
+        Err(e) => return Ok(Opened::Unusable(e.to_string())),
     };
     // Entries of versions that made them readable by others become private.
     let _ = make_file_private(&file);
-    let header = entry::identify(&file, &path, &key.hash)
-        .ok_or_else(|| "not a cache entry (its key is not its name's)".to_owned())?;
+    let Some(header) = entry::identify(&file, &path, &key.hash) else {
+        let why = "not a cache entry (its key is not its name's)";
+        return Ok(Opened::Unusable(why.into()));
+    };
     // Loaded first, so that where it is mapped, the check reads the very
     // pages the tensors use; nothing of it is handed out unless it passes.
     // SAFETY: the caller's contract.
-    let weights = unsafe { load_open(&file, &path, options) }.map_err(|e| e.to_string())?;
+    let weights = match unsafe { load_open(&file, &path, options) } {
+        Ok(w) => w,
+        // Valid, then the options are what failed: the caller's error.
+        Err(e) if entry::check(&file, &header, Some(&key.text), None).is_ok() => return Err(e),
+        Err(e) => return Ok(Opened::Unusable(e.to_string())),
+    };
     let mapping = weights.mapped().and_then(|m| m.mapping());
-    entry::check(&file, &header, Some(&key.text), mapping.map(|m| &**m))
-        .map_err(|p| p.to_string())?;
+    if let Err(problem) = entry::check(&file, &header, Some(&key.text), mapping.map(|m| &**m)) {
+        return Ok(Opened::Unusable(problem.to_string()));
+    }
     touch(dir, &name, &file);
-    Ok(Some(OpenEntry {
+    Ok(Opened::Entry(OpenEntry {
         weights,
         file,
         path,

@@ -559,7 +559,7 @@ pub(crate) fn path_problem(path: &Path) -> io::Result<Result<std::path::PathBuf,
     use std::collections::VecDeque;
     use std::path::{Component, PathBuf};
     let me = euid();
-    let trusted = |uid: u32| uid == me || uid == 0;
+    let trusted = |uid: u32| uid == me || uid == 0 || is_system_uid(uid);
     let mut left: VecDeque<std::ffi::OsString> = VecDeque::new();
     let push_front = |left: &mut VecDeque<std::ffi::OsString>, p: &Path| {
         for c in p.components().rev() {
@@ -630,6 +630,15 @@ pub(crate) fn path_problem(path: &Path) -> io::Result<Result<std::path::PathBuf,
         }
     }
     Ok(Ok(real))
+}
+
+/// Whether `uid` is the system's own: root's peers that no app or login
+/// runs as. On Android, every uid below `AID_APP_START` (10000) is a
+/// system service's (`system`, 1000, owns `/data`, above every app's own
+/// directory; bionic's `android_filesystem_config.h`); elsewhere, none but
+/// root, which the caller trusts already.
+fn is_system_uid(uid: u32) -> bool {
+    cfg!(target_os = "android") && uid < 10_000
 }
 
 /// A directory opened once (`O_DIRECTORY | O_NOFOLLOW`): every file in it
