@@ -7,9 +7,9 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod cmd;
-mod gen;
 mod outfile;
 mod split;
+mod synth;
 
 fn main() -> std::process::ExitCode {
     cmd::main()

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 use weightmap::{Format, ModelHeaders};
 
-use super::cache;
+use super::model_cache;
 use super::{emit, human_bytes, json_text, round3, table, CliError, CliResult, FormatArg};
 
 pub const LONG_ABOUT: &str = "\
@@ -240,6 +240,19 @@ struct ModeResult {
 }
 
 impl ModeResult {
+    /// The results of `kind` from its timed runs.
+    fn of(kind: Kind, samples: Vec<Sample>) -> ModeResult {
+        let mut r = ModeResult {
+            kind,
+            samples,
+            load: None,
+            ready: None,
+        };
+        r.load = Stats::of(&r.loads());
+        r.ready = Stats::of(&r.readies());
+        r
+    }
+
     fn loads(&self) -> Vec<f64> {
         self.samples.iter().map(|s| s.load_ms).collect()
     }
@@ -257,73 +270,151 @@ impl ModeResult {
     }
 }
 
-pub fn run(a: &Args) -> CliResult {
-    if a.cold {
-        refuse_cold_where_nothing_evicts()?;
+/// What bench runs, settled before the first timed run.
+struct Setup {
+    /// The model every child loads.
+    file: PathBuf,
+    /// Whether `file` is the default model (no FILE was given).
+    generated: bool,
+    format: Format,
+    file_len: u64,
+    n_tensors: usize,
+    /// How many files the model is in.
+    n_files: usize,
+    /// This executable: every child runs it.
+    exe: PathBuf,
+    /// The modes, each once, in the order first asked for.
+    kinds: Vec<Kind>,
+    /// Without --cold: how long the warm-up read of the file took.
+    warm: Option<Duration>,
+}
+
+impl Setup {
+    /// Check, resolve and warm up everything the runs need, failing before
+    /// any of them on whatever would make them all fail.
+    fn prepare(a: &Args) -> CliResult<Setup> {
+        if a.cold {
+            refuse_cold_where_nothing_evicts()?;
+        }
+        let (file, generated) = match &a.file {
+            Some(f) => (f.clone(), false),
+            None => (
+                model_cache::default_model(a.format.map_or(Format::Gguf, Into::into))?,
+                true,
+            ),
+        };
+        // Fail early, with the loader's own message, on a file that cannot load.
+        let model = ModelHeaders::read(&file)?;
+        let exe = std::env::current_exe().map_err(|e| {
+            CliError::msg(format!("cannot find this executable to run children: {e}"))
+        })?;
+        let warm = if a.cold {
+            None
+        } else {
+            Some(warm_page_cache(&file)?)
+        };
+        Ok(Setup {
+            format: model.first().format(),
+            file_len: model.file_len(),
+            n_tensors: model.tensor_count(),
+            n_files: model.files.len(),
+            file,
+            generated,
+            exe,
+            kinds: distinct_in_order(&a.modes),
+            warm,
+        })
     }
-    let (file, generated) = match &a.file {
-        Some(f) => (f.clone(), false),
-        None => (
-            cache::default_model(a.format.map_or(Format::Gguf, Into::into))?,
-            true,
-        ),
-    };
-    // Fail early, with the loader's own message, on a file that cannot load.
-    let model = ModelHeaders::read(&file)?;
-    let (format, file_len, n_tensors) = (
-        model.first().format(),
-        model.file_len(),
-        model.tensor_count(),
-    );
-    let exe = std::env::current_exe()
-        .map_err(|e| CliError::msg(format!("cannot find this executable to run children: {e}")))?;
-    let mut kinds: Vec<Kind> = Vec::new();
-    for k in &a.modes {
-        if !kinds.contains(k) {
-            kinds.push(*k);
+}
+
+/// `kinds` without repeats, each where it first appears.
+fn distinct_in_order(kinds: &[Kind]) -> Vec<Kind> {
+    let mut out: Vec<Kind> = Vec::new();
+    for k in kinds {
+        if !out.contains(k) {
+            out.push(*k);
         }
     }
-    let warm = if a.cold {
-        None
-    } else {
-        Some(warm_page_cache(&file)?)
-    };
+    out
+}
 
+/// Whether every mode placed the same tensor bytes.
+struct ByteCheck {
+    identical: bool,
+    /// The first mode and tensor that differ from the reference.
+    first_diff: Option<String>,
+    /// How many tensors the reference mode hashed.
+    compared: usize,
+}
+
+/// The named ratios of the modes' medians that bench reports, in order;
+/// `None` where a mode was not run or a median is zero.
+type Ratios = [(&'static str, Option<f64>); 6];
+
+/// What bench found, ready to print.
+struct Outcome {
+    results: Vec<ModeResult>,
+    bytes: ByteCheck,
+    /// The best kernel advice without prefetch (and its ready median).
+    best_advice: Option<(Kind, f64)>,
+    ratios: Ratios,
+}
+
+/// `bench`: time every mode in fresh processes, check they place the same
+/// bytes, and print the comparison (text, or JSON with --json).
+pub fn run(a: &Args) -> CliResult {
+    let setup = Setup::prepare(a)?;
+    let results = time_modes(a, &setup)?;
+    let bytes = compare_tensor_bytes(&setup)?;
+    let best_advice = best_advice(&results);
+    let ratios = ratios(&results, best_advice);
+    let outcome = Outcome {
+        results,
+        bytes,
+        best_advice,
+        ratios,
+    };
+    emit(&if a.json {
+        report_json(a, &setup, &outcome)
+    } else {
+        report_text(a, &setup, &outcome)
+    })
+}
+
+/// Run every mode `a.warmup + a.iters` times and keep the timed runs.
+fn time_modes(a: &Args, setup: &Setup) -> CliResult<Vec<ModeResult>> {
+    let kinds = &setup.kinds;
     let mut samples: Vec<Vec<Sample>> = kinds.iter().map(|_| Vec::new()).collect();
+    // Interleaved, one run of each mode in turn, so that drift (thermal,
+    // other load) affects all modes alike.
     for i in 0..a.warmup + a.iters {
         for (k, kind) in kinds.iter().enumerate() {
-            let s = run_child(&exe, &file, *kind, a.cold, false)?;
+            let s = run_child(&setup.exe, &setup.file, *kind, a.cold, false)?;
             if i >= a.warmup {
                 samples[k].push(s);
             }
         }
     }
-    let results: Vec<ModeResult> = kinds
+    Ok(kinds
         .iter()
         .zip(samples)
-        .map(|(&kind, samples)| {
-            let mut r = ModeResult {
-                kind,
-                samples,
-                load: None,
-                ready: None,
-            };
-            r.load = Stats::of(&r.loads());
-            r.ready = Stats::of(&r.readies());
-            r
-        })
-        .collect();
+        .map(|(&kind, samples)| ModeResult::of(kind, samples))
+        .collect())
+}
 
-    // Bytes: every mode that places tensors, against the first of them.
+/// Hash every tensor as each mode that places tensors loads it, and
+/// compare each mode's hashes with the first one's.
+fn compare_tensor_bytes(setup: &Setup) -> CliResult<ByteCheck> {
     let mut hashes: Vec<(Kind, Vec<(String, String)>)> = Vec::new();
-    for &kind in kinds.iter().filter(|k| **k != Kind::Baseline) {
-        let t = run_child(&exe, &file, kind, false, true)?
+    for &kind in setup.kinds.iter().filter(|k| **k != Kind::Baseline) {
+        let t = run_child(&setup.exe, &setup.file, kind, false, true)?
             .tensors
             .unwrap_or_default();
         hashes.push((kind, t));
     }
     let reference = hashes.first().map(|(_, t)| t.clone()).unwrap_or_default();
-    let mut identical = reference.len() == n_tensors;
+    // A reference that missed tensors proves nothing, even if all agree.
+    let mut identical = reference.len() == setup.n_tensors;
     let mut first_diff = None;
     for (kind, t) in &hashes {
         if t != &reference {
@@ -337,29 +428,45 @@ pub fn run(a: &Args) -> CliResult {
             });
         }
     }
+    Ok(ByteCheck {
+        identical,
+        first_diff,
+        compared: reference.len(),
+    })
+}
 
-    let find = |k: Kind| results.iter().find(|r| r.kind == k);
-    let med = |k: Kind, ready: bool| {
-        find(k)
-            .and_then(|r| {
-                if ready {
-                    r.ready.as_ref()
-                } else {
-                    r.load.as_ref()
-                }
-            })
-            .map(|s| s.median)
-    };
+/// The median load (or, with `ready`, ready) time of `kind`, if it ran.
+fn median_ms(results: &[ModeResult], kind: Kind, ready: bool) -> Option<f64> {
+    results
+        .iter()
+        .find(|r| r.kind == kind)
+        .and_then(|r| {
+            if ready {
+                r.ready.as_ref()
+            } else {
+                r.load.as_ref()
+            }
+        })
+        .map(|s| s.median)
+}
+
+/// The best kernel advice without prefetch, among those run: the one with
+/// the lowest median ready time.
+fn best_advice(results: &[ModeResult]) -> Option<(Kind, f64)> {
+    [Kind::MmapNormal, Kind::MmapSequential, Kind::MmapRandom]
+        .into_iter()
+        .filter_map(|k| median_ms(results, k, true).map(|m| (k, m)))
+        .min_by(|x, y| x.1.total_cmp(&y.1))
+}
+
+/// The ratios bench reports between the modes' medians.
+fn ratios(results: &[ModeResult], best_advice: Option<(Kind, f64)>) -> Ratios {
+    let med = |k: Kind, ready: bool| median_ms(results, k, ready);
     let ratio = |num: Option<f64>, den: Option<f64>| match (num, den) {
         (Some(n), Some(d)) if d > 0.0 => Some(n / d),
         _ => None,
     };
-    // The best kernel advice without prefetch, among those run.
-    let best_advice = [Kind::MmapNormal, Kind::MmapSequential, Kind::MmapRandom]
-        .into_iter()
-        .filter_map(|k| med(k, true).map(|m| (k, m)))
-        .min_by(|x, y| x.1.total_cmp(&y.1));
-    let ratios = [
+    [
         (
             "stream_over_mmap_load",
             ratio(med(Kind::Stream, false), med(Kind::Mmap, false)),
@@ -384,160 +491,190 @@ pub fn run(a: &Args) -> CliResult {
             "stream_over_baseline_load",
             ratio(med(Kind::Stream, false), med(Kind::Baseline, false)),
         ),
-    ];
-    let page_cache = if a.cold { "cold" } else { "warm" };
+    ]
+}
 
-    let out = if a.json {
-        let modes: Map<String, Value> = results
+/// The comparison as JSON (--json). Its fields are relied on by scripts.
+fn report_json(a: &Args, setup: &Setup, o: &Outcome) -> String {
+    let modes: Map<String, Value> = o
+        .results
+        .iter()
+        .map(|r| (r.kind.name().to_owned(), mode_json(r)))
+        .collect();
+    let ratios: Map<String, Value> = o
+        .ratios
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.map(round3).unwrap_or(Value::Null)))
+        .collect();
+    json_text(&json!({
+        "file": setup.file.display().to_string(),
+        "generated": setup.generated,
+        "format": setup.format.name(),
+        "file_size": setup.file_len,
+        "tensors_count": setup.n_tensors,
+        "files": setup.n_files,
+        "iters": a.iters,
+        "warmup": a.warmup,
+        "page_cache": if a.cold { "cold" } else { "warm" },
+        "warm_read_ms": setup.warm.map(|w| round3(w.as_secs_f64() * 1e3)),
+        "order": setup.kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),
+        "modes": modes,
+        "best_advice": o.best_advice.map(|b| b.0.name()),
+        "ratios": ratios,
+        "identical_bytes": o.bytes.identical,
+        "tensors_compared": o.bytes.compared,
+    }))
+}
+
+/// One mode's entry in the JSON `modes`.
+fn mode_json(r: &ModeResult) -> Value {
+    let mut o = json!({
+        "load_ms": Stats::json(r.load.as_ref(), &r.loads()),
+        "ready_ms": Stats::json(r.ready.as_ref(), &r.readies()),
+        "major_faults_median": r.median_of(|s| s.major_faults.map(|v| v as f64)),
+        "resident_before_pct_max": r.samples.iter().filter_map(|s| s.resident_before_pct)
+            .max_by(f64::total_cmp).map(round3),
+        "resident_after_pct_median": r.median_of(|s| s.resident_after_pct).map(round3),
+        "peak_rss_anon_kib": r.peak(|s| s.rss_anon_kib),
+        "peak_rss_anon_after_touch_kib": r.peak(|s| s.rss_anon_after_touch_kib),
+        "peak_rss_file_after_touch_kib": r.peak(|s| s.rss_file_after_touch_kib),
+        "peak_vm_hwm_kib": r.peak(|s| s.vm_hwm_kib),
+        "huge_pages_pct_median": r.median_of(|s| s.huge_pct).map(round3),
+    });
+    // The baseline is no load: it places nothing and has no load report.
+    if r.kind != Kind::Baseline {
+        let first = r.samples.first();
+        o["bytes_mapped"] = first.and_then(|s| s.bytes_mapped).into();
+        o["bytes_copied"] = first.and_then(|s| s.bytes_copied).into();
+        o["mode_used"] = r.first(|s| s.mode_used.as_ref()).into();
+        o["fallback"] = r.first(|s| s.fallback.as_ref()).into();
+        o["prefetch"] = r.first(|s| s.prefetch.as_ref()).into();
+    }
+    o
+}
+
+/// The comparison for people: what was run, the table of modes, then the
+/// notes (fallbacks, ratios, the byte check).
+fn report_text(a: &Args, setup: &Setup, o: &Outcome) -> String {
+    let mut out = text_preamble(a, setup);
+    out.push_str(&mode_table(&o.results));
+    out.push_str(&text_notes(o));
+    out
+}
+
+/// What was benched and how: the model, the page cache, the runs.
+fn text_preamble(a: &Args, setup: &Setup) -> String {
+    let mut out = format!(
+        "bench: {} ({}, {}, {} tensors)\n",
+        setup.file.display(),
+        setup.format.name(),
+        human_bytes(setup.file_len),
+        setup.n_tensors
+    );
+    out.push_str(&match setup.warm {
+        Some(w) => format!(
+            "page cache: warm (the file was read once before timing, {:.1} ms)\n",
+            w.as_secs_f64() * 1e3
+        ),
+        None => "page cache: cold (the file is evicted before every run)\n".to_owned(),
+    });
+    out.push_str(&format!(
+        "runs: {} timed + {} warmup per mode, each a fresh process, interleaved {}\n\
+         ready = load + one read of every tensor byte in file order (a first pass)\n\n",
+        a.iters,
+        a.warmup,
+        setup
+            .kinds
             .iter()
-            .map(|r| {
-                let mut o = json!({
-                    "load_ms": Stats::json(r.load.as_ref(), &r.loads()),
-                    "ready_ms": Stats::json(r.ready.as_ref(), &r.readies()),
-                    "major_faults_median": r.median_of(|s| s.major_faults.map(|v| v as f64)),
-                    "resident_before_pct_max": r.samples.iter().filter_map(|s| s.resident_before_pct)
-                        .max_by(f64::total_cmp).map(round3),
-                    "resident_after_pct_median": r.median_of(|s| s.resident_after_pct).map(round3),
-                    "peak_rss_anon_kib": r.peak(|s| s.rss_anon_kib),
-                    "peak_rss_anon_after_touch_kib": r.peak(|s| s.rss_anon_after_touch_kib),
-                    "peak_rss_file_after_touch_kib": r.peak(|s| s.rss_file_after_touch_kib),
-                    "peak_vm_hwm_kib": r.peak(|s| s.vm_hwm_kib),
-                    "huge_pages_pct_median": r.median_of(|s| s.huge_pct).map(round3),
-                });
-                if r.kind != Kind::Baseline {
-                    let first = r.samples.first();
-                    o["bytes_mapped"] = first.and_then(|s| s.bytes_mapped).into();
-                    o["bytes_copied"] = first.and_then(|s| s.bytes_copied).into();
-                    o["mode_used"] = r.first(|s| s.mode_used.as_ref()).into();
-                    o["fallback"] = r.first(|s| s.fallback.as_ref()).into();
-                    o["prefetch"] = r.first(|s| s.prefetch.as_ref()).into();
-                }
-                (r.kind.name().to_owned(), o)
-            })
-            .collect();
-        let ratios: Map<String, Value> = ratios
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), v.map(round3).unwrap_or(Value::Null)))
-            .collect();
-        json_text(&json!({
-            "file": file.display().to_string(),
-            "generated": generated,
-            "format": format.name(),
-            "file_size": file_len,
-            "tensors_count": n_tensors,
-            "files": model.files.len(),
-            "iters": a.iters,
-            "warmup": a.warmup,
-            "page_cache": page_cache,
-            "warm_read_ms": warm.map(|w| round3(w.as_secs_f64() * 1e3)),
-            "order": kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),
-            "modes": modes,
-            "best_advice": best_advice.map(|b| b.0.name()),
-            "ratios": ratios,
-            "identical_bytes": identical,
-            "tensors_compared": reference.len(),
-        }))
+            .map(|k| k.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    out
+}
+
+/// The table of modes, one row each, and the line that says how to read it.
+fn mode_table(results: &[ModeResult]) -> String {
+    let kib = |v: Option<u64>| v.map_or_else(|| "n/a".to_owned(), |v| v.to_string());
+    let ms = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.1}"));
+    let mut rows = vec![[
+        "mode",
+        "load ms",
+        "ready ms",
+        "ready min",
+        "ready max",
+        "major faults",
+        "RssAnon kB",
+        "RssAnon kB touched",
+        "VmHWM kB",
+        "cached after %",
+        "huge pages %",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for r in results {
+        rows.push(vec![
+            r.kind.name().to_owned(),
+            ms(r.load.as_ref().map(|s| s.median)),
+            ms(r.ready.as_ref().map(|s| s.median)),
+            ms(r.ready.as_ref().map(|s| s.min)),
+            ms(r.ready.as_ref().map(|s| s.max)),
+            r.median_of(|s| s.major_faults.map(|v| v as f64))
+                .map_or_else(|| "n/a".into(), |v| format!("{v:.0}")),
+            kib(r.peak(|s| s.rss_anon_kib)),
+            kib(r.peak(|s| s.rss_anon_after_touch_kib)),
+            kib(r.peak(|s| s.vm_hwm_kib)),
+            r.median_of(|s| s.resident_after_pct)
+                .map_or_else(|| "n/a".into(), |v| format!("{v:.1}")),
+            r.median_of(|s| s.huge_pct)
+                .map_or_else(|| "n/a".into(), |v| format!("{v:.1}")),
+        ]);
+    }
+    let mut out = table(&rows, 1, "");
+    out.push_str(
+        "(medians; RssAnon and VmHWM are peaks over the runs; huge pages: the share of \
+         the placed tensors' bytes mapped in huge pages after the touch)\n\n",
+    );
+    out
+}
+
+/// The lines under the table: fallbacks, mmap's prefetch, the ratios, the
+/// best advice and whether the bytes were identical.
+fn text_notes(o: &Outcome) -> String {
+    let mut out = String::new();
+    for r in o.results.iter().filter(|r| r.kind.mapped()) {
+        if let Some(f) = r.first(|s| s.fallback.as_ref()) {
+            out.push_str(&format!(
+                "{}: fell back to the stream path: {f}\n",
+                r.kind.name()
+            ));
+        }
+        if r.kind == Kind::Mmap {
+            if let Some(p) = r.first(|s| s.prefetch.as_ref()) {
+                out.push_str(&format!("mmap prefetch: {p}\n"));
+            }
+        }
+    }
+    for (name, v) in &o.ratios {
+        if let Some(v) = v {
+            out.push_str(&format!("{name}: {v:.2}x\n"));
+        }
+    }
+    if let Some((k, _)) = o.best_advice {
+        out.push_str(&format!("best advice without prefetch: {}\n", k.name()));
+    }
+    out.push_str(&if o.bytes.identical {
+        format!(
+            "tensor bytes identical across modes: yes ({} tensors, sha256)\n",
+            o.bytes.compared
+        )
     } else {
-        let mut out = format!(
-            "bench: {} ({}, {}, {} tensors)\n",
-            file.display(),
-            format.name(),
-            human_bytes(file_len),
-            n_tensors
-        );
-        out.push_str(&match warm {
-            Some(w) => format!(
-                "page cache: warm (the file was read once before timing, {:.1} ms)\n",
-                w.as_secs_f64() * 1e3
-            ),
-            None => "page cache: cold (the file is evicted before every run)\n".to_owned(),
-        });
-        out.push_str(&format!(
-            "runs: {} timed + {} warmup per mode, each a fresh process, interleaved {}\n\
-             ready = load + one read of every tensor byte in file order (a first pass)\n\n",
-            a.iters,
-            a.warmup,
-            kinds
-                .iter()
-                .map(|k| k.name())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-        let kib = |v: Option<u64>| v.map_or_else(|| "n/a".to_owned(), |v| v.to_string());
-        let ms = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.1}"));
-        let mut rows = vec![[
-            "mode",
-            "load ms",
-            "ready ms",
-            "ready min",
-            "ready max",
-            "major faults",
-            "RssAnon kB",
-            "RssAnon kB touched",
-            "VmHWM kB",
-            "cached after %",
-            "huge pages %",
-        ]
-        .map(String::from)
-        .to_vec()];
-        for r in &results {
-            rows.push(vec![
-                r.kind.name().to_owned(),
-                ms(r.load.as_ref().map(|s| s.median)),
-                ms(r.ready.as_ref().map(|s| s.median)),
-                ms(r.ready.as_ref().map(|s| s.min)),
-                ms(r.ready.as_ref().map(|s| s.max)),
-                r.median_of(|s| s.major_faults.map(|v| v as f64))
-                    .map_or_else(|| "n/a".into(), |v| format!("{v:.0}")),
-                kib(r.peak(|s| s.rss_anon_kib)),
-                kib(r.peak(|s| s.rss_anon_after_touch_kib)),
-                kib(r.peak(|s| s.vm_hwm_kib)),
-                r.median_of(|s| s.resident_after_pct)
-                    .map_or_else(|| "n/a".into(), |v| format!("{v:.1}")),
-                r.median_of(|s| s.huge_pct)
-                    .map_or_else(|| "n/a".into(), |v| format!("{v:.1}")),
-            ]);
-        }
-        out.push_str(&table(&rows, 1, ""));
-        out.push_str(
-            "(medians; RssAnon and VmHWM are peaks over the runs; huge pages: the share of \
-             the placed tensors' bytes mapped in huge pages after the touch)\n\n",
-        );
-        for r in results.iter().filter(|r| r.kind.mapped()) {
-            if let Some(f) = r.first(|s| s.fallback.as_ref()) {
-                out.push_str(&format!(
-                    "{}: fell back to the stream path: {f}\n",
-                    r.kind.name()
-                ));
-            }
-            if r.kind == Kind::Mmap {
-                if let Some(p) = r.first(|s| s.prefetch.as_ref()) {
-                    out.push_str(&format!("mmap prefetch: {p}\n"));
-                }
-            }
-        }
-        for (name, v) in &ratios {
-            if let Some(v) = v {
-                out.push_str(&format!("{name}: {v:.2}x\n"));
-            }
-        }
-        if let Some((k, _)) = best_advice {
-            out.push_str(&format!("best advice without prefetch: {}\n", k.name()));
-        }
-        out.push_str(&if identical {
-            format!(
-                "tensor bytes identical across modes: yes ({} tensors, sha256)\n",
-                reference.len()
-            )
-        } else {
-            format!(
-                "tensor bytes identical across modes: NO (first difference: {})\n",
-                first_diff.unwrap_or_else(|| "no tensors".into())
-            )
-        });
-        out
-    };
-    emit(&out)
+        format!(
+            "tensor bytes identical across modes: NO (first difference: {})\n",
+            o.bytes.first_diff.as_deref().unwrap_or("no tensors")
+        )
+    });
+    out
 }
 
 /// Run one child and parse its JSON report.

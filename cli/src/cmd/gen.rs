@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::gen::{self, Arch, GenSpec};
+use crate::synth::{self, Arch, GenSpec};
 use weightmap::TensorType;
 
 use super::{emit, human_bytes, CliError, CliResult, FormatArg};
@@ -90,7 +90,7 @@ pub fn run(a: &Args) -> CliResult {
         seed: a.seed.unwrap_or(d.seed),
         arch: a.arch.into(),
     };
-    let min = gen::minimum_size(&spec)?;
+    let min = synth::minimum_size(&spec)?;
     if spec.size < min {
         return Err(CliError::msg(format!(
             "--size {} is below the smallest model for {} tensors and a {}-token vocabulary: {}",
@@ -159,11 +159,11 @@ impl Drop for TempDir {
 
 /// Generate `spec` at `out`, with a progress line on stderr when stderr is
 /// a terminal.
-pub fn generate_with_progress(spec: &GenSpec, out: &Path, label: &str) -> CliResult<gen::Plan> {
-    let plan = gen::plan(spec)?;
+pub fn generate_with_progress(spec: &GenSpec, out: &Path, label: &str) -> CliResult<synth::Plan> {
+    let plan = synth::plan(spec)?;
     let pb = super::progress::bar(label);
     let mut progress = |done: u64, total: u64| super::progress::update(&pb, done, total);
-    let result = gen::generate_until(spec, out, &mut progress, super::signals::stop_flag());
+    let result = synth::generate_until(spec, out, &mut progress, super::signals::stop_flag());
     pb.finish_and_clear();
     result?;
     Ok(plan)

@@ -4,10 +4,13 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use indicatif::ProgressBar;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use weightmap::DirectIo;
-use weightmap::{AccessAdvice, AdvicePolicy, LoadOptions, Prefetch, Weights};
+use weightmap::{
+    AccessAdvice, AdvicePolicy, HugePages, LoadOptions, LoadReport, Prefetch, Weights,
+};
 
 use super::proc_status::{Faults, MemStatus};
 use super::touch::touch;
@@ -233,7 +236,143 @@ fn touch_all(weights: &Weights) -> CliResult<u64> {
     Ok(n)
 }
 
+/// What `load` measured around the load, beside the loader's own report.
+struct Measured {
+    /// With --evict: the percentage of the file still resident after the
+    /// eviction, before the load.
+    resident_before: Option<f64>,
+    /// The process's memory right after the load, before any tensor is read.
+    mem: MemStatus,
+    /// With --touch: the touch time (ms) and the memory after it.
+    touched: Option<(f64, MemStatus)>,
+    /// What the tensors settled into once the touch (if any) was done.
+    settled: Settled,
+    /// With --evict: how much of the file the load (and touch) left cached.
+    resident_after: Option<f64>,
+    /// With --pass: the pass time (ms) and its read-ahead window (bytes).
+    passed: Option<(f64, u64)>,
+    /// With --hashes: every tensor's sha256, in pass order.
+    hashes: Vec<TensorHash>,
+}
+
+/// The load time the loader reported, in ms.
+fn load_ms(r: &LoadReport) -> f64 {
+    r.elapsed.as_secs_f64() * 1e3
+}
+
+impl Measured {
+    fn touch_ms(&self) -> Option<f64> {
+        self.touched.as_ref().map(|t| t.0)
+    }
+
+    /// What a runtime waits for: the load plus its first pass (--touch).
+    fn ready_ms(&self, r: &LoadReport) -> Option<f64> {
+        self.touch_ms().map(|t| load_ms(r) + t)
+    }
+
+    fn mem_after_touch(&self) -> Option<MemStatus> {
+        self.touched.as_ref().map(|t| t.1)
+    }
+}
+
+/// The state decode will read through, taken after the touch.
+struct Settled {
+    /// Where the placed tensors sit: huge pages or base pages.
+    huge: HugePages,
+    /// Page faults over load plus touch.
+    faults: Option<Faults>,
+    /// The prefetch's bytes read so far (`None`: no prefetch ran).
+    prefetched: Option<u64>,
+    /// The prefetch's bytes read again (--reread-small-folios).
+    reread: Option<u64>,
+}
+
+impl Settled {
+    fn read(a: &Args, weights: &Weights, faults_before: Option<Faults>) -> Settled {
+        // Measured after the touch (the first pass maps the pages), else
+        // right after the load; after the re-read of small folios when one
+        // was asked for, since that re-read is what changes them.
+        if a.reread_small_folios {
+            weights.wait_prefetch();
+        }
+        let huge = weights.huge_pages();
+        let faults = match (faults_before, Faults::read()) {
+            (Some(a), Some(b)) => Some(b.since(a)),
+            _ => None,
+        };
+        let progress = weights.prefetch_progress();
+        Settled {
+            huge,
+            faults,
+            prefetched: progress.map(|p| p.bytes_done),
+            reread: progress.map(|p| p.bytes_reread),
+        }
+    }
+}
+
+/// One tensor's line of --hashes.
+struct TensorHash {
+    name: String,
+    sha256: String,
+    placement: &'static str,
+}
+
+/// `load`: load the file as the flags ask, measure what that took, and
+/// print the report (text, or JSON with --json).
 pub fn run(a: &Args) -> CliResult {
+    let pb = super::progress::bar("load");
+    let opts = load_options(a, &pb);
+    let resident_before = if a.evict { Some(evict(&a.file)?) } else { None };
+    let faults_before = Faults::read();
+    // SAFETY: the file must not change while `weights` lives. This command
+    // documents that requirement (`load --help`), holds the weights only
+    // while it reports on them, and the process exits right after.
+    let weights = unsafe { Weights::load(&a.file, &opts)? };
+    // A background prefetch goes on filling the bar until it is measured.
+    if weights.prefetch_progress().is_none() {
+        pb.finish_and_clear();
+    }
+    let mem = MemStatus::read();
+    // From here on tensor bytes are read: a file truncated underneath is a
+    // one-line error, not a silent SIGBUS.
+    let _sigbus = super::sigbus::guard(&a.file);
+    let touched = if a.touch {
+        Some(timed_touch(&weights)?)
+    } else {
+        None
+    };
+    let settled = Settled::read(a, &weights, faults_before);
+    pb.finish_and_clear();
+    let resident_after = if a.evict { resident_pct(&a.file) } else { None };
+    let passed = if a.pass {
+        Some(timed_pass(&weights, a.window)?)
+    } else {
+        None
+    };
+    let hashes = if a.hashes {
+        tensor_hashes(&weights, a.window)?
+    } else {
+        Vec::new()
+    };
+    let m = Measured {
+        resident_before,
+        mem,
+        touched,
+        settled,
+        resident_after,
+        passed,
+        hashes,
+    };
+    let r = weights.report();
+    emit(&if a.json {
+        report_json(a, r, &m)
+    } else {
+        report_text(a, r, &m)
+    })
+}
+
+/// The loader's options as the flags ask, with progress shown on `pb`.
+fn load_options(a: &Args, pb: &ProgressBar) -> LoadOptions {
     let opts = LoadOptions::default()
         .mode(a.mode.into())
         .fallback(!a.no_fallback)
@@ -247,301 +386,281 @@ pub fn run(a: &Args) -> CliResult {
         .buffer_type(std::sync::Arc::new(
             weightmap::buffer::CpuBufferType::new().huge_pages(!a.no_huge_pages),
         ));
+    // Without --budget the loader reads its own from the system.
     let opts = match a.budget {
         Some(b) => opts.budget(b),
         None => opts,
     };
-    let pb = super::progress::bar("load");
     let bar = pb.clone();
-    let opts = opts.progress(move |done, total| {
+    opts.progress(move |done, total| {
         super::progress::update(&bar, done, total);
         std::ops::ControlFlow::Continue(())
-    });
-    let resident_before = if a.evict { Some(evict(&a.file)?) } else { None };
-    let faults0 = Faults::read();
-    // SAFETY: the file must not change while `weights` lives. This command
-    // documents that requirement (`load --help`), holds the weights only
-    // while it reports on them, and the process exits right after.
-    let weights = unsafe { Weights::load(&a.file, &opts)? };
-    if weights.prefetch_progress().is_none() {
-        pb.finish_and_clear();
-    }
-    let mem = MemStatus::read();
-    let r = weights.report();
-    // From here on tensor bytes are read: a file truncated underneath is a
-    // one-line error, not a silent SIGBUS.
-    let _sigbus = super::sigbus::guard(&a.file);
-    let touched = if a.touch {
-        let t0 = Instant::now();
-        touch_all(&weights)?;
-        Some((t0.elapsed().as_secs_f64() * 1e3, MemStatus::read()))
-    } else {
-        None
-    };
-    // What decode will read through: measured after the touch (the first
-    // pass maps the pages), else right after the load; after the re-read of
-    // small folios when one was asked for.
-    if a.reread_small_folios {
-        weights.wait_prefetch();
-    }
-    let huge = weights.huge_pages();
-    let faults = match (faults0, Faults::read()) {
-        (Some(a), Some(b)) => Some(b.since(a)),
-        _ => None,
-    };
-    let prefetch_progress = weights.prefetch_progress();
-    let prefetched = prefetch_progress.map(|p| p.bytes_done);
-    let reread = prefetch_progress.map(|p| p.bytes_reread);
-    pb.finish_and_clear();
-    // With --evict: how much of the file the load (and touch) left cached.
-    let resident_after = if a.evict {
-        weightmap::file_residency(&a.file)
-            .ok()
-            .map(|r| r.fraction() * 100.0)
-    } else {
-        None
-    };
+    })
+}
 
-    let passed = if a.pass {
-        let t0 = Instant::now();
-        let pass = pass_of(&weights, a.window);
-        let window = pass.window_bytes();
-        for t in pass {
-            let t = t?;
-            match t.host_bytes() {
-                Some(b) => touch(b),
-                None => touch(&t.to_vec()?),
-            };
-        }
-        Some((t0.elapsed().as_secs_f64() * 1e3, window))
-    } else {
-        None
-    };
+/// --touch: touch every tensor byte once, in file order; returns the time
+/// it took (ms) and the memory after it.
+fn timed_touch(weights: &Weights) -> CliResult<(f64, MemStatus)> {
+    let t0 = Instant::now();
+    touch_all(weights)?;
+    Ok((t0.elapsed().as_secs_f64() * 1e3, MemStatus::read()))
+}
+
+/// The percentage of `path` in the page cache, if it can be measured.
+fn resident_pct(path: &std::path::Path) -> Option<f64> {
+    weightmap::file_residency(path)
+        .ok()
+        .map(|r| r.fraction() * 100.0)
+}
+
+/// --pass: read every tensor once through the bounded pass; returns the
+/// time it took (ms) and the pass's window (bytes).
+fn timed_pass(weights: &Weights, window: Option<u64>) -> CliResult<(f64, u64)> {
+    let t0 = Instant::now();
+    let pass = pass_of(weights, window);
+    let window = pass.window_bytes();
+    for t in pass {
+        let t = t?;
+        match t.host_bytes() {
+            Some(b) => touch(b),
+            None => touch(&t.to_vec()?),
+        };
+    }
+    Ok((t0.elapsed().as_secs_f64() * 1e3, window))
+}
+
+/// --hashes: the sha256 of every tensor's bytes, read in one bounded pass.
+fn tensor_hashes(weights: &Weights, window: Option<u64>) -> CliResult<Vec<TensorHash>> {
     let mut hashes = Vec::new();
-    if a.hashes {
-        for t in pass_of(&weights, a.window) {
-            let t = t?;
-            let digest = match t.host_bytes() {
-                Some(b) => Sha256::digest(b),
-                None => Sha256::digest(t.to_vec()?),
-            };
-            hashes.push((
-                t.name().to_owned(),
-                format!("{digest:x}"),
-                t.placement_kind().name(),
-            ));
-        }
-    }
-
-    let load_ms = r.elapsed.as_secs_f64() * 1e3;
-    let touch_ms = touched.as_ref().map(|t| t.0);
-    let ready_ms = touch_ms.map(|t| load_ms + t);
-    let after = touched.as_ref().map(|t| t.1);
-    let out = if a.json {
-        let fallback = r
-            .fallback
-            .as_ref()
-            .map(|f| json!({"kind": f.name(), "detail": f.to_string()}));
-        let mut o = json!({
-            "format": r.format.name(),
-            "mode_requested": r.mode_requested.name(),
-            "mode_used": r.mode_used.name(),
-            "fallback": fallback,
-            "tensors_count": r.tensors_count,
-            "tensors_mapped": r.tensors_mapped,
-            "tensors_copied": r.tensors_copied,
-            "bytes_mapped": r.bytes_mapped,
-            "bytes_copied": r.bytes_copied,
-            "copied": r.copied.iter().map(|c| json!({"name": c.name, "reason": c.reason.to_string()})).collect::<Vec<_>>(),
-            "buffers": r.buffers.iter().map(|b| json!({
-                "buffer_type": b.buffer_type,
-                "mapped": b.mapped,
-                "tensors": b.tensors,
-                "bytes": b.bytes,
-            })).collect::<Vec<_>>(),
-            "load_ms": round3(load_ms),
-            "touch_ms": touch_ms.map(round3),
-            "ready_ms": ready_ms.map(round3),
-            "major_faults": faults.map(|f| f.major),
-            "minor_faults": faults.map(|f| f.minor),
-            "resident_before_pct": resident_before.map(round3),
-            "resident_after_pct": resident_after.map(round3),
-            "read": r.read.as_ref().map(|rd| json!({
-                "threads": rd.threads,
-                "direct": rd.direct.to_string(),
-                "direct_used": rd.direct == weightmap::DirectOutcome::Used,
-            })),
-            "pass_ms": passed.map(|p| round3(p.0)),
-            "window_bytes": passed.map(|p| p.1),
-            "budget_bytes": r.budget.bytes,
-            "budget_source": r.budget.source,
-            "prefetch": r.prefetch.to_string(),
-            "prefetch_kind": r.prefetch.name(),
-            "prefetched_bytes": prefetched,
-            "prefetch_reread_bytes": reread,
-            "reread_small_folios": r.reread.to_string(),
-            "random_access_tensors": r.random_access_tensors,
-            "shards": r.shards.len().max(1),
-            "shard_files": r.shards.iter().map(|sh| json!({
-                "path": sh.path.display().to_string(),
-                "tensors": sh.tensors,
-                "bytes": sh.bytes,
-                "mode_used": sh.mode_used.name(),
-            })).collect::<Vec<_>>(),
-            "warnings": r.warnings,
-            "rss_anon_kib": mem.rss_anon_kib,
-            "rss_file_kib": mem.rss_file_kib,
-            "vm_hwm_kib": mem.vm_hwm_kib,
-            "rss_anon_after_touch_kib": after.and_then(|m| m.rss_anon_kib),
-            "rss_file_after_touch_kib": after.and_then(|m| m.rss_file_kib),
-            "vm_hwm_after_touch_kib": after.and_then(|m| m.vm_hwm_kib),
-            "huge_pages": super::huge_pages_json(&huge),
+    for t in pass_of(weights, window) {
+        let t = t?;
+        let digest = match t.host_bytes() {
+            Some(b) => Sha256::digest(b),
+            None => Sha256::digest(t.to_vec()?),
+        };
+        hashes.push(TensorHash {
+            name: t.name().to_owned(),
+            sha256: format!("{digest:x}"),
+            placement: t.placement_kind().name(),
         });
-        if a.hashes {
-            o["tensors"] = hashes
-                .iter()
-                .map(|(n, h, p)| json!({"name": n, "sha256": h, "placement": p}))
-                .collect();
-        }
-        json_text(&o)
+    }
+    Ok(hashes)
+}
+
+/// The report as JSON (--json). Its fields are relied on by scripts and by
+/// `bench`, which reads every child's.
+fn report_json(a: &Args, r: &LoadReport, m: &Measured) -> String {
+    let s = &m.settled;
+    let after = m.mem_after_touch();
+    let fallback = r
+        .fallback
+        .as_ref()
+        .map(|f| json!({"kind": f.name(), "detail": f.to_string()}));
+    let mut o = json!({
+        "format": r.format.name(),
+        "mode_requested": r.mode_requested.name(),
+        "mode_used": r.mode_used.name(),
+        "fallback": fallback,
+        "tensors_count": r.tensors_count,
+        "tensors_mapped": r.tensors_mapped,
+        "tensors_copied": r.tensors_copied,
+        "bytes_mapped": r.bytes_mapped,
+        "bytes_copied": r.bytes_copied,
+        "copied": r.copied.iter().map(|c| json!({"name": c.name, "reason": c.reason.to_string()})).collect::<Vec<_>>(),
+        "buffers": r.buffers.iter().map(|b| json!({
+            "buffer_type": b.buffer_type,
+            "mapped": b.mapped,
+            "tensors": b.tensors,
+            "bytes": b.bytes,
+        })).collect::<Vec<_>>(),
+        "load_ms": round3(load_ms(r)),
+        "touch_ms": m.touch_ms().map(round3),
+        "ready_ms": m.ready_ms(r).map(round3),
+        "major_faults": s.faults.map(|f| f.major),
+        "minor_faults": s.faults.map(|f| f.minor),
+        "resident_before_pct": m.resident_before.map(round3),
+        "resident_after_pct": m.resident_after.map(round3),
+        "read": r.read.as_ref().map(|rd| json!({
+            "threads": rd.threads,
+            "direct": rd.direct.to_string(),
+            "direct_used": rd.direct == weightmap::DirectOutcome::Used,
+        })),
+        "pass_ms": m.passed.map(|p| round3(p.0)),
+        "window_bytes": m.passed.map(|p| p.1),
+        "budget_bytes": r.budget.bytes,
+        "budget_source": r.budget.source,
+        "prefetch": r.prefetch.to_string(),
+        "prefetch_kind": r.prefetch.name(),
+        "prefetched_bytes": s.prefetched,
+        "prefetch_reread_bytes": s.reread,
+        "reread_small_folios": r.reread.to_string(),
+        "random_access_tensors": r.random_access_tensors,
+        "shards": r.shards.len().max(1),
+        "shard_files": r.shards.iter().map(|sh| json!({
+            "path": sh.path.display().to_string(),
+            "tensors": sh.tensors,
+            "bytes": sh.bytes,
+            "mode_used": sh.mode_used.name(),
+        })).collect::<Vec<_>>(),
+        "warnings": r.warnings,
+        "rss_anon_kib": m.mem.rss_anon_kib,
+        "rss_file_kib": m.mem.rss_file_kib,
+        "vm_hwm_kib": m.mem.vm_hwm_kib,
+        "rss_anon_after_touch_kib": after.and_then(|m| m.rss_anon_kib),
+        "rss_file_after_touch_kib": after.and_then(|m| m.rss_file_kib),
+        "vm_hwm_after_touch_kib": after.and_then(|m| m.vm_hwm_kib),
+        "huge_pages": super::huge_pages_json(&s.huge),
+    });
+    // Only with --hashes: without it the key is absent, not empty.
+    if a.hashes {
+        o["tensors"] = m
+            .hashes
+            .iter()
+            .map(|h| json!({"name": h.name, "sha256": h.sha256, "placement": h.placement}))
+            .collect();
+    }
+    json_text(&o)
+}
+
+/// The report for people: a two-column table, then with --hashes the
+/// table of tensor digests.
+fn report_text(a: &Args, r: &LoadReport, m: &Measured) -> String {
+    let mut out = table(&report_rows(a, r, m), 2, "");
+    if a.hashes {
+        out.push_str("\nsha256 of each tensor's bytes:\n");
+        let rows: Vec<Vec<String>> = m
+            .hashes
+            .iter()
+            .map(|h| {
+                vec![
+                    h.sha256.clone(),
+                    h.placement.to_owned(),
+                    super::escape(&h.name).into_owned(),
+                ]
+            })
+            .collect();
+        out.push_str(&table(&rows, 3, "  "));
+    }
+    out
+}
+
+/// The rows of the text report: a label and a value each.
+fn report_rows(a: &Args, r: &LoadReport, m: &Measured) -> Vec<Vec<String>> {
+    let kib = |v: Option<u64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v} kB"));
+    let ms = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.3} ms"));
+    let count = |v: Option<u64>| v.map_or_else(|| "n/a".to_owned(), |v| v.to_string());
+    let pct = |v: Option<f64>| v.map_or_else(|| "n/a".into(), |p| format!("{p:.1}%"));
+    let s = &m.settled;
+    let after = m.mem_after_touch();
+    let fallback = r
+        .fallback
+        .as_ref()
+        .map_or_else(|| "none".to_owned(), |f| format!("{}: {f}", f.name()));
+    let mode = format!(
+        "{} (requested {})",
+        r.mode_used.name(),
+        r.mode_requested.name()
+    );
+    let tensors = format!(
+        "{} ({} mapped, {} copied)",
+        r.tensors_count, r.tensors_mapped, r.tensors_copied
+    );
+    let reads = r.read.as_ref().map_or_else(
+        || "none (nothing copied)".into(),
+        |rd| format!("{}, {} threads", rd.direct, rd.threads),
+    );
+    let random_access = if r.random_access_tensors.is_empty() {
+        "none".into()
     } else {
-        let kib = |v: Option<u64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v} kB"));
-        let ms = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.3} ms"));
-        let count = |v: Option<u64>| v.map_or_else(|| "n/a".to_owned(), |v| v.to_string());
-        let fallback = r
-            .fallback
-            .as_ref()
-            .map_or_else(|| "none".to_owned(), |f| format!("{}: {f}", f.name()));
-        let mut out = table(
-            &[
-                vec!["file:".into(), a.file.display().to_string()],
-                vec!["format:".into(), r.format.name().into()],
-                vec![
-                    "mode:".into(),
-                    format!(
-                        "{} (requested {})",
-                        r.mode_used.name(),
-                        r.mode_requested.name()
-                    ),
-                ],
-                vec!["fallback:".into(), fallback],
-                vec![
-                    "copied:".into(),
-                    if r.copied.is_empty() {
-                        "none".into()
-                    } else {
-                        let mut v: Vec<String> = r
-                            .copied
-                            .iter()
-                            .take(8)
-                            .map(|c| format!("{} ({})", super::escape(&c.name), c.reason))
-                            .collect();
-                        if r.copied.len() > 8 {
-                            v.push(format!("and {} more", r.copied.len() - 8));
-                        }
-                        v.join(", ")
-                    },
-                ],
-                vec![
-                    "tensors:".into(),
-                    format!(
-                        "{} ({} mapped, {} copied)",
-                        r.tensors_count, r.tensors_mapped, r.tensors_copied
-                    ),
-                ],
-                vec!["bytes mapped:".into(), r.bytes_mapped.to_string()],
-                vec!["bytes copied:".into(), r.bytes_copied.to_string()],
-                vec![
-                    "files:".into(),
-                    if r.shards.is_empty() {
-                        "1".into()
-                    } else {
-                        r.shards
-                            .iter()
-                            .map(|sh| {
-                                format!(
-                                    "{} ({} tensors)",
-                                    super::escape(&sh.path.display().to_string()),
-                                    sh.tensors
-                                )
-                            })
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    },
-                ],
-                vec![
-                    "budget:".into(),
-                    match r.budget.bytes {
-                        Some(b) => format!("{} ({})", super::human_bytes(b), r.budget.source),
-                        None => r.budget.source.clone(),
-                    },
-                ],
-                vec!["prefetch:".into(), r.prefetch.to_string()],
-                vec![
-                    "reads:".into(),
-                    r.read.as_ref().map_or_else(
-                        || "none (nothing copied)".into(),
-                        |rd| format!("{}, {} threads", rd.direct, rd.threads),
-                    ),
-                ],
-                vec![
-                    "random-access tensors:".into(),
-                    if r.random_access_tensors.is_empty() {
-                        "none".into()
-                    } else {
-                        r.random_access_tensors.join(", ")
-                    },
-                ],
-                vec![
-                    "resident before:".into(),
-                    resident_before.map_or_else(|| "n/a".into(), |p| format!("{p:.1}%")),
-                ],
-                vec![
-                    "resident after:".into(),
-                    resident_after.map_or_else(|| "n/a".into(), |p| format!("{p:.1}%")),
-                ],
-                vec!["load time:".into(), format!("{load_ms:.3} ms")],
-                vec!["touch time:".into(), ms(touch_ms)],
-                vec!["ready time:".into(), ms(ready_ms)],
-                vec!["major faults:".into(), count(faults.map(|f| f.major))],
-                vec!["minor faults:".into(), count(faults.map(|f| f.minor))],
-                vec!["RssAnon:".into(), kib(mem.rss_anon_kib)],
-                vec!["RssFile:".into(), kib(mem.rss_file_kib)],
-                vec!["VmHWM:".into(), kib(mem.vm_hwm_kib)],
-                vec![
-                    "RssAnon after touch:".into(),
-                    kib(after.and_then(|m| m.rss_anon_kib)),
-                ],
-                vec![
-                    "RssFile after touch:".into(),
-                    kib(after.and_then(|m| m.rss_file_kib)),
-                ],
-                vec![
-                    if a.touch {
-                        "huge pages after touch:".into()
-                    } else {
-                        "huge pages:".into()
-                    },
-                    super::huge_pages_text(&huge),
-                ],
-                vec![
-                    "small folios:".into(),
-                    super::small_folios_text(&huge, reread),
-                ],
-                vec!["re-read of small folios:".into(), r.reread.to_string()],
-            ],
-            2,
-            "",
-        );
-        if a.hashes {
-            out.push_str("\nsha256 of each tensor's bytes:\n");
-            let rows: Vec<Vec<String>> = hashes
-                .into_iter()
-                .map(|(n, h, p)| vec![h, p.to_owned(), super::escape(&n).into_owned()])
-                .collect();
-            out.push_str(&table(&rows, 3, "  "));
-        }
-        out
+        r.random_access_tensors.join(", ")
     };
-    emit(&out)
+    let huge_label = if a.touch {
+        "huge pages after touch:"
+    } else {
+        "huge pages:"
+    };
+    let rows = [
+        ("file:", a.file.display().to_string()),
+        ("format:", r.format.name().into()),
+        ("mode:", mode),
+        ("fallback:", fallback),
+        ("copied:", copied_text(r)),
+        ("tensors:", tensors),
+        ("bytes mapped:", r.bytes_mapped.to_string()),
+        ("bytes copied:", r.bytes_copied.to_string()),
+        ("files:", files_text(r)),
+        ("budget:", budget_text(r)),
+        ("prefetch:", r.prefetch.to_string()),
+        ("reads:", reads),
+        ("random-access tensors:", random_access),
+        ("resident before:", pct(m.resident_before)),
+        ("resident after:", pct(m.resident_after)),
+        ("load time:", format!("{:.3} ms", load_ms(r))),
+        ("touch time:", ms(m.touch_ms())),
+        ("ready time:", ms(m.ready_ms(r))),
+        ("major faults:", count(s.faults.map(|f| f.major))),
+        ("minor faults:", count(s.faults.map(|f| f.minor))),
+        ("RssAnon:", kib(m.mem.rss_anon_kib)),
+        ("RssFile:", kib(m.mem.rss_file_kib)),
+        ("VmHWM:", kib(m.mem.vm_hwm_kib)),
+        (
+            "RssAnon after touch:",
+            kib(after.and_then(|m| m.rss_anon_kib)),
+        ),
+        (
+            "RssFile after touch:",
+            kib(after.and_then(|m| m.rss_file_kib)),
+        ),
+        (huge_label, super::huge_pages_text(&s.huge)),
+        ("small folios:", super::small_folios_text(&s.huge, s.reread)),
+        ("re-read of small folios:", r.reread.to_string()),
+    ];
+    rows.into_iter()
+        .map(|(label, value)| vec![label.to_owned(), value])
+        .collect()
+}
+
+/// The tensors the load copied, for people: the first eight and how many
+/// more, so that a model copied whole does not flood the report.
+fn copied_text(r: &LoadReport) -> String {
+    if r.copied.is_empty() {
+        return "none".into();
+    }
+    let mut v: Vec<String> = r
+        .copied
+        .iter()
+        .take(8)
+        .map(|c| format!("{} ({})", super::escape(&c.name), c.reason))
+        .collect();
+    if r.copied.len() > 8 {
+        v.push(format!("and {} more", r.copied.len() - 8));
+    }
+    v.join(", ")
+}
+
+/// The model's files, for people: `1` for a single file, else each shard
+/// with its tensor count.
+fn files_text(r: &LoadReport) -> String {
+    if r.shards.is_empty() {
+        return "1".into();
+    }
+    r.shards
+        .iter()
+        .map(|sh| {
+            format!(
+                "{} ({} tensors)",
+                super::escape(&sh.path.display().to_string()),
+                sh.tensors
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The memory budget and where it came from, for people.
+fn budget_text(r: &LoadReport) -> String {
+    match r.budget.bytes {
+        Some(b) => format!("{} ({})", super::human_bytes(b), r.budget.source),
+        None => r.budget.source.clone(),
+    }
 }

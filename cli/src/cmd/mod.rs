@@ -3,11 +3,11 @@
 
 mod baseline;
 mod bench;
-mod cache;
 mod dequant;
 mod gen;
 mod inspect;
 mod load;
+mod model_cache;
 mod proc_status;
 mod progress;
 mod sigbus;

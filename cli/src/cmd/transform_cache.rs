@@ -1,6 +1,6 @@
 //! `weightmap cache ls|verify|prune|clear`: the cache of transformed
 //! tensors ([`weightmap::cache`]), seen and kept by hand. (bench's cache
-//! of its default model is another thing: `cmd/cache.rs`.)
+//! of its default model is another thing: `cmd/model_cache.rs`.)
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -13,7 +13,7 @@
 //!   has no mode bits and a directory's owner is often a group
 //!   (Administrators) rather than the user, so there the directory's
 //!   inherited ACL is relied on, as for any file the user creates.
-//! * **How.** The model is written by [`crate::gen`] under a unique
+//! * **How.** The model is written by [`crate::synth`] under a unique
 //!   temporary name and renamed into place; then a sidecar `MODEL.sha256`
 //!   (`sha256sum` format) is written the same way. Two benches racing on an
 //!   empty cache each generate and rename; the generator is deterministic,
@@ -27,8 +27,8 @@ use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-use crate::gen::{GenSpec, GENERATOR_VERSION};
 use crate::outfile::OutFile;
+use crate::synth::{GenSpec, GENERATOR_VERSION};
 use sha2::{Digest, Sha256};
 use weightmap::Format;
 
@@ -67,7 +67,7 @@ fn cached_model(spec: &GenSpec, dir: &Path) -> CliResult<PathBuf> {
         Err(CliError::Msg(e)) => eprintln!("bench: not reusing {}: {e}", shown.display()),
         Err(e) => return Err(e),
     }
-    let plan = crate::gen::plan(spec)?;
+    let plan = crate::synth::plan(spec)?;
     eprintln!(
         "bench: generating the default model ({} of tensors) at {}",
         human_bytes(plan.tensor_bytes),

@@ -35,7 +35,7 @@
 //! place (see [`generate`]).
 //!
 //! ```
-//! use weightmap::{gen::{self, GenSpec}, Format, Header, TensorType};
+//! use weightmap::{synth::{self, GenSpec}, Format, Header, TensorType};
 //! # fn main() -> weightmap::Result<()> {
 //! let dir = tempfile::tempdir().unwrap();
 //! let path = dir.path().join("small.gguf");
@@ -46,7 +46,7 @@
 //!     types: vec![TensorType::F32, TensorType::Q4_K],
 //!     ..GenSpec::default()
 //! };
-//! gen::generate(&spec, &path, &mut |_done, _total| {})?;
+//! synth::generate(&spec, &path, &mut |_done, _total| {})?;
 //! let header = Header::parse(&std::fs::read(&path).unwrap())?;
 //! assert_eq!(header.format(), Format::Gguf);
 //! assert_eq!(header.tensors().len(), 21);
