@@ -697,21 +697,68 @@ fn max_size_from_env() -> std::result::Result<u64, CacheBypass> {
     }
 }
 
+/// `$WEIGHTMAP_CACHE_DIR`, else the user's cache directory.
 fn default_dir() -> Option<PathBuf> {
-    let var = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    if let Some(dir) = var("WEIGHTMAP_CACHE_DIR") {
-        return Some(dir);
-    }
+    env_dir("WEIGHTMAP_CACHE_DIR").or_else(user_cache_dir)
+}
+
+/// The environment variable `name` as a path, if it is set and not empty.
+fn env_dir(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// weightmap's directory in the user's cache: `$XDG_CACHE_HOME/weightmap`,
+/// else `~/.cache/weightmap` (Windows: `%LOCALAPPDATA%\weightmap`, the
+/// user's local, not roaming, application data). `None` where the
+/// environment names none. The transform cache's default (below
+/// `$WEIGHTMAP_CACHE_DIR`), and where the command keeps the models it
+/// generates for `bench`.
+///
+/// ```
+/// if let Some(dir) = weightmap::cache::user_cache_dir() {
+///     assert!(dir.ends_with("weightmap"));
+/// }
+/// ```
+pub fn user_cache_dir() -> Option<PathBuf> {
     if cfg!(windows) {
-        return var("LOCALAPPDATA").map(|d| d.join("weightmap"));
+        return env_dir("LOCALAPPDATA").map(|d| d.join("weightmap"));
     }
-    var("XDG_CACHE_HOME")
+    env_dir("XDG_CACHE_HOME")
         .map(|d| d.join("weightmap"))
-        .or_else(|| var("HOME").map(|h| h.join(".cache").join("weightmap")))
+        .or_else(|| env_dir("HOME").map(|h| h.join(".cache").join("weightmap")))
+}
+
+/// Make `dir` a directory fit to hold files this user will trust, by the
+/// cache directory's own rules (ARCHITECTURE.md, "The transform cache"):
+/// created private (0700) with any missing parents; refused where another
+/// user owns it, may write in it, or could make its path lead elsewhere;
+/// made private where others may only read it. For a tool's own cache of
+/// files (the command's generated models), so that it follows the same
+/// rules as the transform cache.
+///
+/// ```
+/// # fn main() -> weightmap::Result<()> {
+/// let dir = tempfile::tempdir().unwrap();
+/// weightmap::cache::ensure_private_dir(&dir.path().join("models"))?;
+/// assert!(dir.path().join("models").is_dir());
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`crate::Error::Io`]: `PermissionDenied` naming what is wrong, or the
+/// system's own error (a file where the directory should be, a read-only
+/// file system).
+pub fn ensure_private_dir(dir: &Path) -> Result<()> {
+    match store::open_dir(dir, true) {
+        Ok(_) => Ok(()),
+        Err(why) => Err(crate::Error::io(
+            "open directory",
+            dir,
+            std::io::Error::new(std::io::ErrorKind::PermissionDenied, why.to_string()),
+        )),
+    }
 }
 
 /// A byte count: digits, then optionally K/M/G/T (binary), KiB/MiB/GiB/TiB

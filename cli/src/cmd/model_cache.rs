@@ -6,13 +6,14 @@
 //!   (`$XDG_CACHE_HOME/weightmap` or `~/.cache/weightmap`; Windows:
 //!   `%LOCALAPPDATA%\weightmap`), else `<temp>/weightmap-cache-<uid>`
 //!   (Windows: `%TEMP%\weightmap-cache`, the temporary directory being the
-//!   user's own there). Whichever it is, it must be a real directory (not a
-//!   symlink or junction). On Unix it must also be owned by this user, and
-//!   the temporary-directory fallback private (mode 0700, as it is
-//!   created), so another user cannot plant files or links in it. Windows
-//!   has no mode bits and a directory's owner is often a group
-//!   (Administrators) rather than the user, so there the directory's
-//!   inherited ACL is relied on, as for any file the user creates.
+//!   user's own there). Whichever it is, it must pass the transform
+//!   cache's rules (`weightmap::cache::ensure_private_dir`): on Unix this
+//!   user's, closed to other users' writes (and made private if others
+//!   could read it), on a path no other user can redirect, so another user
+//!   cannot plant files or links in it. Windows has no mode bits and a
+//!   directory's owner is often a group (Administrators) rather than the
+//!   user, so there the directory's inherited ACL is relied on, as for any
+//!   file the user creates.
 //! * **How.** The model is written by [`crate::synth`] under a unique
 //!   temporary name and renamed into place; then a sidecar `MODEL.sha256`
 //!   (`sha256sum` format) is written the same way. Two benches racing on an
@@ -166,56 +167,34 @@ fn sha256_file(path: &Path) -> CliResult<String> {
 pub fn cache_dir() -> CliResult<PathBuf> {
     if let Some(d) = std::env::var_os("WEIGHTMAP_CACHE").filter(|d| !d.is_empty()) {
         let d = PathBuf::from(d);
-        return owned_dir(&d, false).map(|()| d);
+        return owned_dir(&d).map(|()| d);
     }
     let local = Path::new("target").join("weightmap-cache");
     if writable(&local) {
         return Ok(local);
     }
-    let user = sys::user_cache_dir().map(|d| d.join("weightmap"));
+    let user = weightmap::cache::user_cache_dir();
     if let Some(d) = user.filter(|d| writable(d)) {
         return Ok(d);
     }
     let tmp = std::env::temp_dir().join(sys::temp_name());
-    owned_dir(&tmp, true).map(|()| tmp)
+    owned_dir(&tmp).map(|()| tmp)
 }
 
-/// Create `dir` (on Unix mode 0700) if missing, then check that it is a
-/// directory, not a symlink, and on Unix owned by this user and (when
-/// `private`) not accessible to group or others.
-fn owned_dir(dir: &Path, private: bool) -> CliResult<()> {
-    match sys::create_dir_all(dir) {
-        Ok(()) => {}
-        Err(e) => {
-            return Err(CliError::msg(format!(
-                "creating cache directory {}: {e}",
-                dir.display()
-            )))
-        }
-    }
-    let m = fs::symlink_metadata(dir)
-        .map_err(|e| CliError::msg(format!("stat {}: {e}", dir.display())))?;
-    let refuse = |why: &str| {
-        Err(CliError::msg(format!(
-            "cache directory {} {why}; set WEIGHTMAP_CACHE to a directory of your own",
+/// Create `dir` if missing and check it by the transform cache's rules
+/// (`weightmap::cache::ensure_private_dir`: no other user may write in it
+/// or redirect its path; one others could read is made private).
+fn owned_dir(dir: &Path) -> CliResult<()> {
+    weightmap::cache::ensure_private_dir(dir).map_err(|e| {
+        CliError::msg(format!(
+            "cache directory {}: {e}; set WEIGHTMAP_CACHE to a directory of your own",
             dir.display()
-        )))
-    };
-    if !m.is_dir() {
-        return refuse("is not a directory (or is a symlink)");
-    }
-    match sys::not_owned(&m, private) {
-        Some(why) => refuse(&why),
-        None => Ok(()),
-    }
+        ))
+    })
 }
 
 #[cfg(unix)]
 mod sys {
-    use std::fs::{DirBuilder, Metadata};
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    use std::path::{Path, PathBuf};
-
     /// A rename replaces a file others have open (they keep the old one).
     pub const RENAME_OVER_AN_OPEN_FILE_FAILS: bool = false;
 
@@ -225,44 +204,10 @@ mod sys {
         let uid = unsafe { libc::geteuid() };
         format!("weightmap-cache-{uid}")
     }
-
-    /// `$XDG_CACHE_HOME`, else `$HOME/.cache`.
-    pub fn user_cache_dir() -> Option<PathBuf> {
-        std::env::var_os("XDG_CACHE_HOME")
-            .filter(|d| !d.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("HOME")
-                    .filter(|d| !d.is_empty())
-                    .map(|h| PathBuf::from(h).join(".cache"))
-            })
-    }
-
-    /// `mkdir -p -m 0700`.
-    pub fn create_dir_all(dir: &Path) -> std::io::Result<()> {
-        DirBuilder::new().recursive(true).mode(0o700).create(dir)
-    }
-
-    /// Why a directory with metadata `m` is not this user's own (and, when
-    /// `private`, closed to others); `None` if it is.
-    pub fn not_owned(m: &Metadata, private: bool) -> Option<String> {
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let uid = unsafe { libc::geteuid() };
-        if m.uid() != uid {
-            return Some(format!("is owned by uid {}, not {uid}", m.uid()));
-        }
-        if private && m.mode() & 0o077 != 0 {
-            return Some(format!("has mode {:o}, not 0700", m.mode() & 0o777));
-        }
-        None
-    }
 }
 
 #[cfg(windows)]
 mod sys {
-    use std::fs::Metadata;
-    use std::path::{Path, PathBuf};
-
     /// `MoveFileExW` cannot replace a file another process has open (std's
     /// retry with POSIX semantics can, on NTFS since Windows 10 1709 only).
     pub const RENAME_OVER_AN_OPEN_FILE_FAILS: bool = true;
@@ -271,30 +216,12 @@ mod sys {
     pub fn temp_name() -> String {
         "weightmap-cache".to_owned()
     }
-
-    /// `%LOCALAPPDATA%`, the user's local (not roaming) application data.
-    pub fn user_cache_dir() -> Option<PathBuf> {
-        std::env::var_os("LOCALAPPDATA")
-            .filter(|d| !d.is_empty())
-            .map(PathBuf::from)
-    }
-
-    /// `mkdir -p`: the directories take their parent's inherited ACL.
-    pub fn create_dir_all(dir: &Path) -> std::io::Result<()> {
-        std::fs::create_dir_all(dir)
-    }
-
-    /// Nothing to check beyond "a directory, not a link" (see the module
-    /// docs): access is the ACL's.
-    pub fn not_owned(_m: &Metadata, _private: bool) -> Option<String> {
-        None
-    }
 }
 
 /// Whether `dir` is (or can be made) a directory of this user's that it
 /// can create files in.
 fn writable(dir: &Path) -> bool {
-    if owned_dir(dir, false).is_err() {
+    if owned_dir(dir).is_err() {
         return false;
     }
     OutFile::create(&dir.join(".probe")).is_ok()
@@ -364,8 +291,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("file");
         fs::write(&file, b"x").unwrap();
-        assert!(owned_dir(&file, false).is_err());
-        assert!(owned_dir(&dir.path().join("a/b"), true).is_ok());
+        assert!(owned_dir(&file).is_err());
+        assert!(owned_dir(&dir.path().join("a/b")).is_ok());
         assert!(dir.path().join("a/b").is_dir());
     }
 
@@ -377,10 +304,15 @@ mod tests {
         let open = dir.path().join("open");
         fs::create_dir(&open).unwrap();
         fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
-        assert!(owned_dir(&open, true).is_err());
-        assert!(owned_dir(&open, false).is_ok());
+        assert!(owned_dir(&open).is_err(), "others may write in it");
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&open, &link).unwrap();
-        assert!(owned_dir(&link, false).is_err(), "a symlink is refused");
+        assert!(owned_dir(&link).is_err(), "a link to it is refused too");
+        let readable = dir.path().join("readable");
+        fs::create_dir(&readable).unwrap();
+        fs::set_permissions(&readable, fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(owned_dir(&readable).is_ok());
+        let mode = fs::metadata(&readable).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "made private");
     }
 }
