@@ -626,7 +626,7 @@ fn entries_are_private_and_a_readable_directory_is_made_private() {
         c.report()
     );
     if attacker_available("entries_are_private_and_a_readable_directory_is_made_private") {
-        let read = as_nobody(&format!("cat {} > /dev/null", entry.display()))
+        let read = as_nobody(&format!("cat {} > /dev/null 2>&1", entry.display()))
             .wait()
             .unwrap();
         assert!(!read.success(), "another user read the entry");

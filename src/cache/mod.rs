@@ -753,7 +753,7 @@ pub fn user_cache_dir() -> Option<PathBuf> {
 pub fn ensure_private_dir(dir: &Path) -> Result<()> {
     match store::open_dir(dir, true) {
         Ok(_) => Ok(()),
-        Err(why) => Err(crate::Error::io(
+        Err(why) => Err(crate::error::Error::io(
             "open directory",
             dir,
             std::io::Error::new(std::io::ErrorKind::PermissionDenied, why.to_string()),
