@@ -3,16 +3,24 @@
 //! runs in Python, such as transformers' GGUF conversion
 //! (python/python/weightmap/_transformers_cache.py).
 //!
-//! A lookup either finds a valid entry (its path, its tensors' names and
-//! its string metadata; Python maps the entry itself) or hands back a
-//! `_CacheMiss`, whose `write` stores numpy arrays and strings as the
-//! entry, with the GIL released while the bytes are copied.
+//! A lookup either finds a valid entry (its path, its tensors' names, its
+//! string metadata, and the entry's file, open, as a `_CacheEntry`) or
+//! hands back a `_CacheMiss`, whose `write` stores numpy arrays and strings
+//! as the entry, with the GIL released while the bytes are copied, and
+//! hands back the file it wrote, open, as a `_CacheEntry` too.
+//!
+//! Python maps an entry's tensors from that open file
+//! (`_CacheEntry.torch_tensors`), never from the entry's path: between the
+//! lookup's checks and the map, another fill may rename a file over that
+//! path, and a prune or `cache clear` remove it; the open file is the one
+//! that was checked (or written) whatever the path names by then.
 //!
 //! GGUF limits a tensor name to 63 bytes and state dicts have longer ones,
 //! so tensors are stored as `t.0`, `t.1`, ... and their names, in order,
 //! as the string array [`NAMES`].
 
-use std::path::PathBuf;
+use std::fs::File;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
@@ -25,8 +33,9 @@ use wm::cache::{
     Cache, EntryContents, Lookup, Miss, PendingEntry, PlannedTensor, Prepared, TransformId, Written,
 };
 use wm::gguf::{OwnedValue, Value, ValueType};
-use wm::{LoadOptions, Prefetch, TensorType};
+use wm::{LoadOptions, Prefetch, TensorType, Weights};
 
+use crate::safe_open::cow_tensors_of_file;
 use crate::to_py;
 
 /// The entry's key holding the tensors' real names, in tensor order.
@@ -36,22 +45,108 @@ const NAMES: &str = "weightmap.python.tensor_names";
 /// taken from it.
 const OWN_PREFIX: &str = "weightmap.";
 
-/// The cache in `dir`, else the user's (`$WEIGHTMAP_CACHE_DIR`, ...); the
-/// size limit is `$WEIGHTMAP_CACHE_MAX_SIZE` or the default either way.
+/// The cache in `dir`, else the user's (`$WEIGHTMAP_CACHE_DIR`, ...), with
+/// the user's limit either way: the library parses
+/// `$WEIGHTMAP_CACHE_MAX_SIZE`, and a value that is not a byte count is its
+/// `invalid_max_size` (hits serve, nothing is written, the write's reason
+/// says why), never a silent default.
 fn cache_at(dir: Option<PathBuf>) -> Cache {
-    let default = Cache::new();
     match dir {
-        Some(dir) => Cache::at(dir).max_size(default.size_limit()),
-        None => default,
+        Some(dir) => Cache::new().in_dir(dir),
+        None => Cache::new(),
+    }
+}
+
+/// The options an entry is loaded with here: Python maps the tensors
+/// itself (copy-on-write), so nothing is read ahead.
+fn entry_options() -> LoadOptions {
+    LoadOptions::default().prefetch(Prefetch::None)
+}
+
+/// A cache entry's file, open: the very file a lookup checked (every byte)
+/// and loaded, or the one a fill wrote. `torch_tensors()` maps this file,
+/// never the entry's path, which another fill may rename over, or a prune
+/// or `cache clear` remove, between the check and the map.
+#[pyclass(frozen, module = "weightmap", name = "_CacheEntry")]
+struct CacheEntry {
+    file: File,
+    /// Where the entry is (or was, when the handle was taken), for messages
+    /// and reports only.
+    path: PathBuf,
+    /// The entry as the lookup loaded it from `file`, kept for its
+    /// validated header (a copy of which would be the size of the entry's
+    /// metadata, megabytes of vocabulary); `None` for a file a fill wrote,
+    /// whose header is read from the file when its tensors are wanted.
+    loaded: Option<Weights>,
+}
+
+impl CacheEntry {
+    /// A handle of its own on `file` (a duplicate: the library's stays
+    /// with whoever holds it), which a fill wrote.
+    fn written(file: &File, path: &Path) -> PyResult<CacheEntry> {
+        Ok(CacheEntry {
+            file: file.try_clone()?,
+            path: path.to_owned(),
+            loaded: None,
+        })
+    }
+}
+
+#[pymethods]
+impl CacheEntry {
+    /// The entry's path when the handle was taken (what it names now may be
+    /// another file, or none).
+    #[getter]
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Every tensor of the entry (`t.0`, `t.1`, ...), by name in file
+    /// order, as CPU torch tensors viewing one copy-on-write mapping of
+    /// this open file: zero-copy, file-backed pages shared with every
+    /// process mapping the entry; a write into one copies only its page
+    /// into this process's memory, never into the file.
+    fn torch_tensors<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let read;
+        let loaded = match &self.loaded {
+            Some(w) => w,
+            None => {
+                let loaded = py.allow_threads(|| {
+                    let len = self
+                        .file
+                        .metadata()
+                        .map_err(|e| wm::Error::io("stat", &self.path, e))?
+                        .len();
+                    // SAFETY: `load_file_range` requires that nothing
+                    // modifies or truncates the file while the weights
+                    // live: they live until this function returns, and
+                    // the file is a cache entry (or a fill's file), which
+                    // weightmap only ever renames or removes whole, which
+                    // leaves the open file and its mapping intact; other
+                    // writers are the Python user's contract, as for
+                    // `weightmap.open`.
+                    unsafe { Weights::load_file_range(&self.file, 0, len, &entry_options()) }
+                });
+                read = loaded.map_err(|e| to_py(py, e))?;
+                &read
+            }
+        };
+        cow_tensors_of_file(py, &self.file, loaded.header(), &self.path)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<weightmap._CacheEntry {}>", self.path.display())
     }
 }
 
 /// Look up the entry of transform `name` at `version` under machine facts
 /// `machine` of the model at `source`, in the cache at `dir` (default: the
-/// user's). Returns a dict: `hit` (the entry's path, or None), `names` (its
-/// tensors' names) and `metadata` (its string key/values, the library's own
-/// left out) on a hit; `miss` (a `_CacheMiss`, or None); `replaced` (why an
-/// entry that was there cannot be used, or None); `seconds`.
+/// user's). Returns a dict: `hit` (the entry's path, or None), `entry_file`
+/// (the entry's file as the lookup checked it, open: a `_CacheEntry`, or
+/// None), `names` (its tensors' names) and `metadata` (its string
+/// key/values, the library's own left out) on a hit; `miss` (a
+/// `_CacheMiss`, or None); `replaced` (why an entry that was there cannot
+/// be used, or None); `seconds`.
 #[pyfunction]
 #[pyo3(signature = (source, name, version, machine, dir = None))]
 fn _cache_lookup<'py>(
@@ -65,15 +160,16 @@ fn _cache_lookup<'py>(
     let started = Instant::now();
     let cache = cache_at(dir);
     let id = TransformId::new(name, version).machine(machine);
-    // Python maps a hit's entry itself: nothing to read ahead here.
-    let options = LoadOptions::default().prefetch(Prefetch::None);
+    let options = entry_options();
     let found = py.allow_threads(|| {
         // SAFETY: `lookup` requires that nothing modifies or truncates the
         // source or the cache's entries while the weights it returns live.
-        // They live until the end of this function; weightmap only ever
-        // renames a whole entry over another or removes one, which leaves
-        // a live mapping intact; the source's contract is the Python
-        // user's, as for `weightmap.open` (stated in its docstring).
+        // They live until the end of this function, or a hit's as long as
+        // its `_CacheEntry`; weightmap only ever renames a whole entry over
+        // another or removes one, which leaves a live mapping intact, and
+        // a hit's bytes are read only through the mapping of its open file;
+        // the source's contract is the Python user's, as for
+        // `weightmap.open` (stated in its docstring).
         unsafe { cache.lookup(&source, &id, &options) }
     });
     let found = found.map_err(|e| to_py(py, e))?;
@@ -101,13 +197,25 @@ fn _cache_lookup<'py>(
             }
             let report = cached.report();
             d.set_item("hit", report.entry.as_ref())?;
-            d.set_item("miss", py.None())?;
             d.set_item("replaced", report.replaced.as_deref())?;
+            let path = report.entry.clone();
+            let file = cached.entry_file().map(File::try_clone).transpose()?;
+            let entry_file = match (file, path) {
+                (Some(file), Some(path)) => Some(CacheEntry {
+                    file,
+                    path,
+                    loaded: Some(cached.into_weights()),
+                }),
+                _ => None,
+            };
+            d.set_item("entry_file", entry_file)?;
+            d.set_item("miss", py.None())?;
             d.set_item("names", names)?;
             d.set_item("metadata", metadata)?;
         }
         Lookup::Miss(miss) => {
             d.set_item("hit", py.None())?;
+            d.set_item("entry_file", py.None())?;
             d.set_item("replaced", miss.replaced())?;
             d.set_item("miss", Py::new(py, CacheMiss { miss: Some(miss) })?)?;
             d.set_item("names", py.None())?;
@@ -258,15 +366,19 @@ impl CacheMiss {
     /// bytes are copied into the entry.
     ///
     /// Returns a dict: `outcome` ("filled", or "in_memory" when the cache
-    /// cannot take the entry), `entry` (its path, or None), `reason` (why
-    /// not: "read_only", "no_space", "unsafe_directory", ..., or None),
-    /// `message`, `replaced`. Once only: a second call is a ValueError.
+    /// cannot take the entry), `entry` (its path, or None), `entry_file`
+    /// (the file written, open: a `_CacheEntry`, or None), `reason` (why
+    /// not: "read_only", "no_space", "unsafe_directory",
+    /// "invalid_max_size", ..., or None), `message`, `replaced`. Once only:
+    /// a second call is a ValueError.
     ///
     /// With `commit=False` the bytes are copied into the entry's temporary
-    /// file and the call returns: `outcome` "pending", `entry` that file
-    /// (map it now: its bytes stay the entry's), and `pending`, whose
-    /// `commit()` waits for the disk and renames the file into place (and
-    /// returns a dict as above), with the GIL released, on any thread.
+    /// file and the call returns: `outcome` "pending", `entry` that file's
+    /// path (for messages), `entry_file` that file, open (map it now,
+    /// through `entry_file.torch_tensors()`: its bytes stay the entry's
+    /// whatever is later renamed over or removes its name), and `pending`,
+    /// whose `commit()` waits for the disk and renames the file into place
+    /// (and returns a dict as above), with the GIL released, on any thread.
     #[pyo3(signature = (tensors, metadata, commit = true))]
     fn write<'py>(
         &mut self,
@@ -347,11 +459,15 @@ impl CacheMiss {
         let prepared = prepared.map_err(|e| to_py(py, e))?;
         let replaced = miss.replaced().map(str::to_owned);
         self.miss = None;
-        let written = match prepared {
+        match prepared {
             Prepared::Entry(pending) if !commit => {
                 let d = PyDict::new(py);
                 d.set_item("outcome", "pending")?;
                 d.set_item("entry", pending.path())?;
+                d.set_item(
+                    "entry_file",
+                    CacheEntry::written(pending.file(), pending.path())?,
+                )?;
                 d.set_item("reason", py.None())?;
                 d.set_item("message", py.None())?;
                 d.set_item("replaced", replaced.clone())?;
@@ -360,12 +476,11 @@ impl CacheMiss {
                     replaced,
                 };
                 d.set_item("pending", Py::new(py, pending)?)?;
-                return Ok(d);
+                Ok(d)
             }
-            Prepared::Entry(pending) => py.allow_threads(|| pending.commit()),
-            Prepared::Bypassed(why) => Written::Bypassed(why),
-        };
-        written_dict(py, written, replaced)
+            Prepared::Entry(pending) => commit_dict(py, pending, replaced),
+            Prepared::Bypassed(why) => written_dict(py, Written::Bypassed(why), None, replaced),
+        }
     }
 
     fn __repr__(&self) -> String {
@@ -376,24 +491,46 @@ impl CacheMiss {
     }
 }
 
-/// What `write` returns: `outcome`, `entry`, `reason`, `message`,
+/// Commit `pending` with the GIL released: what `write` returns. The file
+/// written is kept open first: once renamed into place it is the entry, and
+/// a caller maps it from that handle, not from the entry's path.
+fn commit_dict(
+    py: Python<'_>,
+    pending: PendingEntry,
+    replaced: Option<String>,
+) -> PyResult<Bound<'_, PyDict>> {
+    let file = pending.file().try_clone()?;
+    let written = py.allow_threads(|| pending.commit());
+    written_dict(py, written, Some(file), replaced)
+}
+
+/// What `write` returns: `outcome`, `entry`, `entry_file` (`file`, the
+/// file written, when the entry is in place), `reason`, `message`,
 /// `replaced`.
 fn written_dict(
     py: Python<'_>,
     written: Written,
+    file: Option<File>,
     replaced: Option<String>,
 ) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     match written {
         Written::Entry(path) => {
+            let entry_file = file.map(|file| CacheEntry {
+                file,
+                path: path.clone(),
+                loaded: None,
+            });
             d.set_item("outcome", "filled")?;
             d.set_item("entry", path)?;
+            d.set_item("entry_file", entry_file)?;
             d.set_item("reason", py.None())?;
             d.set_item("message", py.None())?;
         }
         Written::Bypassed(why) => {
             d.set_item("outcome", "in_memory")?;
             d.set_item("entry", py.None())?;
+            d.set_item("entry_file", py.None())?;
             d.set_item("reason", why.name())?;
             d.set_item("message", why.to_string())?;
         }
@@ -421,8 +558,7 @@ impl CachePending {
         let Some(pending) = self.pending.take() else {
             return Err(PyValueError::new_err("this entry was already committed"));
         };
-        let written = py.allow_threads(|| pending.commit());
-        written_dict(py, written, self.replaced.clone())
+        commit_dict(py, pending, self.replaced.clone())
     }
 
     fn __repr__(&self) -> String {
@@ -438,5 +574,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_cache_lookup, m)?)?;
     m.add_class::<CacheMiss>()?;
     m.add_class::<CachePending>()?;
+    m.add_class::<CacheEntry>()?;
     Ok(())
 }

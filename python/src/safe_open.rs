@@ -149,15 +149,25 @@ impl CowMap {
     /// length its header was validated against.
     fn new(path: &Path, expect_len: u64) -> Result<CowMap, MapError> {
         let file = File::open(path).map_err(MapError::Io)?;
+        CowMap::from_file(&file, expect_len)
+    }
+
+    /// Map the open `file` copy-on-write; its length must be `expect_len`,
+    /// the length its header was validated against. The mapping is of the
+    /// file the handle names, whatever its path names by now: a cache
+    /// entry is mapped from the handle its checks read.
+    pub(crate) fn from_file(file: &File, expect_len: u64) -> Result<CowMap, MapError> {
         // SAFETY: memmap2's `map_copy` requires that the file is not
         // modified or truncated while the map lives (a change may show
         // through pages not yet written; a truncation raises SIGBUS on
         // access). The bindings cannot promise it, so the contract is passed
         // on to the Python user, as for `weightmap.open`: `safe_open`'s
-        // docstring and python/README.md state it. Writes through the map
-        // stay private to this process (MAP_PRIVATE) and never reach the file.
+        // docstring and python/README.md state it (and, for a cache entry,
+        // weightmap itself only renames or removes whole entries, which
+        // leaves a mapping intact). Writes through the map stay private to
+        // this process (MAP_PRIVATE) and never reach the file.
         let mut map =
-            unsafe { memmap2::MmapOptions::new().map_copy(&file) }.map_err(MapError::Io)?;
+            unsafe { memmap2::MmapOptions::new().map_copy(file) }.map_err(MapError::Io)?;
         if map.len() as u64 != expect_len {
             return Err(MapError::Changed(map.len() as u64, expect_len));
         }
@@ -172,14 +182,14 @@ impl CowMap {
 }
 
 /// Why a file could not be mapped copy-on-write.
-enum MapError {
+pub(crate) enum MapError {
     Io(std::io::Error),
     /// The file's length now, and the one its header was read at.
     Changed(u64, u64),
 }
 
 impl MapError {
-    fn into_py(self, path: &Path) -> PyErr {
+    pub(crate) fn into_py(self, path: &Path) -> PyErr {
         match self {
             MapError::Io(e) => {
                 let errno = e.raw_os_error().unwrap_or(0);
@@ -412,6 +422,42 @@ fn cow_tensor<'py>(
     desc.torch_from_bytes(py, t, dtype)
 }
 
+/// torch, or an `ImportError` saying that `what` needs it.
+fn import_torch<'py>(py: Python<'py>, what: &str) -> PyResult<Bound<'py, PyModule>> {
+    py.import("torch").map_err(|e| {
+        let err = PyImportError::new_err(format!(
+            "{what} needs torch, which could not be imported: {e}"
+        ));
+        err.set_cause(py, Some(e));
+        err
+    })
+}
+
+/// Every tensor of the open `file`, whose validated header is `header`, as
+/// torch tensors viewing one copy-on-write mapping of that file, zero-copy,
+/// by name in file order; `path` names the file in messages only. For a
+/// file whose path may by now name another file, or none (a cache entry):
+/// the mapping is of the file the handle holds.
+pub(crate) fn cow_tensors_of_file<'py>(
+    py: Python<'py>,
+    file: &File,
+    header: &Header,
+    path: &Path,
+) -> PyResult<Bound<'py, PyDict>> {
+    let torch = import_torch(py, "a cache entry's torch tensors")?;
+    let len = header.file_len();
+    let map = py
+        .allow_threads(|| CowMap::from_file(file, len))
+        .map_err(|e| e.into_py(path))?;
+    let map = Bound::new(py, map)?;
+    let d = PyDict::new(py);
+    for info in header.tensors() {
+        let desc = TensorDesc::new(&info)?;
+        d.set_item(&desc.name, cow_tensor(py, &torch, &map, &desc)?)?;
+    }
+    Ok(d)
+}
+
 /// The tensor `desc` of a model the stream path read (`backend="pread"`) as
 /// a torch tensor owning a copy of its bytes (torch tensors are writable,
 /// the stream path's buffers are not).
@@ -570,14 +616,7 @@ impl SafeOpen {
         }
         let torch = match framework {
             Framework::Numpy => None,
-            Framework::Torch => Some(py.import("torch").map_err(|e| {
-                let err = PyImportError::new_err(format!(
-                    "weightmap.safe_open(framework=\"pt\") needs torch, which could not \
-                     be imported: {e}"
-                ));
-                err.set_cause(py, Some(e));
-                err
-            })?),
+            Framework::Torch => Some(import_torch(py, "weightmap.safe_open(framework=\"pt\")")?),
         };
         let model = match (framework, backend) {
             (Framework::Numpy, Backend::Mmap) | (_, Backend::Pread) => {

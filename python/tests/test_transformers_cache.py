@@ -1,11 +1,12 @@
 """weightmap.gguf.patch(cache=...): transformers' converted GGUF checkpoint
 in weightmap's transform cache, and the binding under it
-(weightmap._weightmap._cache_lookup and _CacheMiss.write).
+(weightmap._weightmap._cache_lookup, _CacheMiss.write and _CacheEntry).
 
-The binding's tests need numpy only. The transformers tests need torch,
-transformers and the models `weightmap gen` makes (_transformers_env.py);
-each load that must be a fresh process (the second run of a cache, a run
-after a corruption) is a subprocess.
+The binding's tests need numpy only, but for the entry's torch tensors,
+which need torch. The transformers tests need torch, transformers and the
+models `weightmap gen` makes (_transformers_env.py); each load that must be
+a fresh process (the second run of a cache, a run after a corruption) is a
+subprocess.
 """
 
 import json
@@ -26,6 +27,8 @@ from weightmap._weightmap import _cache_lookup
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "testdata" / "tiny-llama.gguf"
+
+needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
 
 
 @pytest.fixture
@@ -186,6 +189,180 @@ def test_binding_source_rewritten_in_place_is_not_served(source, tmp_path):
         f.write(data)
     os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
     assert _lookup(source, cache)["hit"] is None
+
+
+def _decoy(entry, tmp_path):
+    """A copy of ``entry`` with every byte of its first tensor flipped: a
+    valid GGUF, of the same size and names, that a map by path would take
+    for the entry."""
+    decoy = tmp_path / "decoy.gguf"
+    shutil.copyfile(entry, decoy)
+    with weightmap.open(entry) as w:
+        info = w.info("t.0")
+    with open(decoy, "r+b") as f:
+        f.seek(info["file_offset"])
+        data = f.read(info["nbytes"])
+        f.seek(info["file_offset"])
+        f.write(bytes(b ^ 0xFF for b in data))
+    return decoy
+
+
+@needs_torch
+@pytest.mark.parametrize("concurrently", ["renamed_over", "removed"])
+def test_binding_hit_maps_the_file_it_checked_not_its_path(source, tmp_path, concurrently):
+    cache = tmp_path / "cache"
+    x = np.arange(1024, dtype=np.float32)
+    _lookup(source, cache)["miss"].write([("x", x)], {})
+    hit = _lookup(source, cache)
+    assert hit["hit"] is not None and hit["entry_file"].path == hit["hit"]
+    # Between the lookup's checks and the map: another fill renames a file
+    # over the entry's name, or a prune or `cache clear` removes it.
+    if concurrently == "renamed_over":
+        os.replace(_decoy(hit["hit"], tmp_path), hit["hit"])
+    else:
+        os.remove(hit["hit"])
+    tensors = hit["entry_file"].torch_tensors()
+    assert list(tensors) == ["t.0"]
+    assert tensors["t.0"].dtype == torch.float32
+    assert tensors["t.0"].numpy().tobytes() == x.tobytes()
+    # Copy-on-write: a write stays in this process.
+    tensors["t.0"][0] = -1.0
+    assert hit["entry_file"].torch_tensors()["t.0"][0].item() == 0.0
+
+
+@needs_torch
+def test_binding_write_maps_the_file_it_wrote_not_its_path(source, tmp_path):
+    cache = tmp_path / "cache"
+    x = np.arange(1024, dtype=np.float32)
+    written = _lookup(source, cache)["miss"].write([("x", x)], {}, commit=False)
+    assert written["outcome"] == "pending" and written["entry_file"].path == written["entry"]
+    os.replace(_decoy(written["entry"], tmp_path), written["entry"])
+    assert written["entry_file"].torch_tensors()["t.0"].numpy().tobytes() == x.tobytes()
+    written["pending"].commit()
+
+    # A committed write hands back the file it wrote, which is the entry.
+    y = np.arange(8, dtype=np.int64)
+    filled = _lookup(source, cache, name="other")["miss"].write([("y", y)], {})
+    assert filled["outcome"] == "filled", filled
+    os.remove(filled["entry"])
+    assert filled["entry_file"].torch_tensors()["t.0"].numpy().tobytes() == y.tobytes()
+
+
+def test_binding_invalid_max_size_is_said_not_replaced_by_the_default(source, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    _lookup(source, cache)["miss"].write([("w", np.ones(2, dtype=np.float32))], {})
+    monkeypatch.setenv("WEIGHTMAP_CACHE_MAX_SIZE", "lots")
+    # A hit still serves: nothing is written.
+    assert _lookup(source, cache)["hit"] is not None
+    # A miss is not written, in a directory given and in the user's cache.
+    monkeypatch.setenv("WEIGHTMAP_CACHE_DIR", str(cache))
+    for found in (_lookup(source, cache, name="other"), _cache_lookup(str(source), "other", 1, "")):
+        assert found["hit"] is None
+        written = found["miss"].write([("w", np.ones(2, dtype=np.float32))], {})
+        assert written["outcome"] == "in_memory" and written["entry"] is None, written
+        assert written["reason"] == "invalid_max_size", written
+        assert "WEIGHTMAP_CACHE_MAX_SIZE" in written["message"] and "lots" in written["message"]
+    assert len(list(cache.glob("*.gguf"))) == 1
+
+
+def _swap_after(real, swap):
+    """``_cache_lookup`` as ``real``, but ``swap(path)`` runs on the entry a
+    hit found, or on the file a miss's write wrote, before the caller maps
+    it: what a concurrent fill, prune or `cache clear` may do."""
+
+    class Miss:
+        def __init__(self, miss):
+            self.miss = miss
+
+        def write(self, *args, **kwargs):
+            written = self.miss.write(*args, **kwargs)
+            if written["entry"] is not None:
+                swap(written["entry"])
+            return written
+
+    def lookup(*args):
+        found = dict(real(*args))
+        if found["hit"] is not None:
+            swap(found["hit"])
+        if found["miss"] is not None:
+            found["miss"] = Miss(found["miss"])
+        return found
+
+    return lookup
+
+
+def _file_backed(t):
+    """Whether torch tensor ``t``'s memory is a file's mapping (Linux's
+    /proc/self/maps), or None where that cannot be told."""
+    if not os.path.exists("/proc/self/maps"):
+        return None
+    p = t.data_ptr()
+    for line in open("/proc/self/maps"):
+        f = line.split()
+        a, b = (int(x, 16) for x in f[0].split("-"))
+        if a <= p < b:
+            return f[4] != "0"  # the inode
+    return False
+
+
+@needs_torch
+@pytest.mark.parametrize("concurrently", ["renamed_over", "removed"])
+def test_cached_call_maps_the_entry_checked_or_written_not_its_path(source, tmp_path, monkeypatch, concurrently):
+    from weightmap import _transformers_cache as tc
+
+    want = {"model.a_name_longer_than_ggufs_63_bytes.weight" * 2: torch.arange(4096, dtype=torch.float32),
+            "b": torch.arange(-8, 8, dtype=torch.int32).reshape(4, 4)}
+
+    def original(gguf_checkpoint_path, return_tensors=False, model_to_load=None, torch_dtype=None):
+        return {"config": {"k": 1}, "tensors": {k: v.clone() for k, v in want.items()}}
+
+    def swap(path):
+        if concurrently == "renamed_over":
+            os.replace(_decoy(path, tmp_path), path)
+        else:
+            os.remove(path)
+
+    real = tc._cache_lookup
+    cache = str(tmp_path / "cache")
+
+    def call(lookup, outcome):
+        monkeypatch.setattr(tc, "_cache_lookup", lookup)
+        result = tc._cached_call(original, cache, "facts", source, True, None, None)
+        tc.wait()
+        report = tc.reports()[-1]
+        if outcome is not None:
+            assert report["outcome"] == outcome, report
+        assert report["reason"] != "entry_unreadable", report
+        assert result["config"] == {"k": 1} and list(result["tensors"]) == list(want)
+        for k, v in want.items():
+            assert torch.equal(result["tensors"][k], v), k
+            assert _file_backed(result["tensors"][k]) in (True, None), k
+
+    # A miss: the file written is renamed over or removed before the map.
+    # (Its commit then puts the decoy in place, or finds nothing to rename.)
+    call(_swap_after(real, swap), None)
+    # A clean fill, then a hit whose entry is swapped after the checks.
+    call(real, "filled")
+    call(_swap_after(real, swap), "hit")
+
+
+@needs_torch
+def test_a_commit_that_ends_before_the_call_returns_is_reported_filled(source, tmp_path, monkeypatch):
+    from weightmap import _transformers_cache as tc
+
+    def original(gguf_checkpoint_path, return_tensors=False, model_to_load=None, torch_dtype=None):
+        return {"config": {}, "tensors": {"w": torch.ones(4)}}
+
+    commit_later = tc._commit_later
+
+    def commit_now(pending, report):  # the commit thread wins the race
+        commit_later(pending, report)
+        tc.wait()
+
+    monkeypatch.setattr(tc, "_commit_later", commit_now)
+    tc._cached_call(original, str(tmp_path / "cache"), "facts", source, True, None, None)
+    report = tc.reports()[-1]
+    assert report["outcome"] == "filled" and report["commit_seconds"] is not None, report
 
 
 # --- transformers -----------------------------------------------------------

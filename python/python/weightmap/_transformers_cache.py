@@ -20,13 +20,16 @@ Wrapped, each call's result is an entry of weightmap's cache (a GGUF file):
 its tensors (stored as ``t.0``, ``t.1``, ... with their real names in the
 entry, since GGUF names stop at 63 bytes) and everything else as one JSON
 string. A later call finds the entry, decodes the JSON and maps the tensors
-copy-on-write (``weightmap.torch.load_file``): file-backed pages, shared by
-every process, that transformers uses as parameters without a copy. On a
-miss the original runs, the entry is written before the call returns (a
-caller may start training on the tensors at once), and its tensors are
-served from the entry too. When the cache cannot take the entry, or the
-result is not something JSON keeps exactly, the original's result is
-returned as it is, and the report says why.
+copy-on-write: file-backed pages, shared by every process, that transformers
+uses as parameters without a copy. On a miss the original runs, the entry is
+written before the call returns (a caller may start training on the tensors
+at once), and its tensors are served from the entry too. Either way the
+tensors are mapped from the entry's file as the lookup checked it (or the
+fill wrote it), held open (``_CacheEntry``), never from its path: another
+fill may rename a file over that path, or a prune remove it, in between.
+When the cache cannot take the entry, or the result is not something JSON
+keeps exactly, the original's result is returned as it is, and the report
+says why.
 """
 
 import hashlib
@@ -242,8 +245,8 @@ def _cached_call(original, cache_dir, facts, path, return_tensors, model_to_load
     if found["hit"] is not None:
         entry = os.fspath(found["hit"])
         try:
-            result = _from_entry(entry, found["names"], found["metadata"], return_tensors)
-        except Exception as e:  # removed or replaced since the lookup
+            result = _from_entry(found["entry_file"], found["names"], found["metadata"], return_tensors)
+        except Exception as e:  # the map failed (address space, a torch without a dtype)
             return done(run_original(), reason="entry_unreadable", message=f"{type(e).__name__}: {e}")
         return done(result, outcome="hit", entry=entry)
 
@@ -277,8 +280,8 @@ def _cached_call(original, cache_dir, facts, path, return_tensors, model_to_load
         try:
             names = list(result["tensors"])
             converted = result["tensors"]
-            result["tensors"] = _entry_tensors(entry, names)
-        except Exception as e:  # removed since the write: keep the original's
+            result["tensors"] = _entry_tensors(written["entry_file"], names)
+        except Exception as e:  # the map failed: keep the original's
             return done(result, reason="entry_unreadable", message=f"{type(e).__name__}: {e}")
         # Emptied, not only dropped: something of transformers' may still
         # hold the dict.
@@ -286,8 +289,11 @@ def _cached_call(original, cache_dir, facts, path, return_tensors, model_to_load
         del arrays, converted
         _give_back_freed_memory()
     if written["outcome"] == "pending":
+        # Reported before the commit starts: a commit that ends first would
+        # otherwise have its outcome overwritten by "filling".
+        done(None, outcome="filling", entry=entry)
         _commit_later(written["pending"], report)
-        return done(result, outcome="filling", entry=entry)
+        return result
     return done(result, outcome="filled", entry=entry)
 
 
@@ -338,21 +344,23 @@ def wait() -> None:
         _commits.popleft().join()
 
 
-def _from_entry(entry: str, names: List[str], metadata: Dict[str, str], return_tensors: bool) -> Dict[str, Any]:
+def _from_entry(entry_file: Any, names: List[str], metadata: Dict[str, str], return_tensors: bool) -> Dict[str, Any]:
     """The call's result from its entry: the JSON decoded (new objects on
     every call), and the tensors mapped copy-on-write under their names."""
     result = json.loads(metadata[_RESULT_KEY])
     if return_tensors:
-        result["tensors"] = _entry_tensors(entry, names)
+        result["tensors"] = _entry_tensors(entry_file, names)
     return result
 
 
-def _entry_tensors(entry: str, names: List[str]) -> Dict[str, Any]:
-    from .torch import load_file
-
-    mapped = load_file(entry)
+def _entry_tensors(entry_file: Any, names: List[str]) -> Dict[str, Any]:
+    """The entry's tensors under their names, mapped copy-on-write from
+    ``entry_file`` (a ``_CacheEntry``: the file the lookup checked, or the
+    fill wrote, held open), never from the entry's path, which may name
+    another file, or none, by now."""
+    mapped = entry_file.torch_tensors()
     if len(mapped) != len(names):
-        raise ValueError(f"{entry}: {len(mapped)} tensors for {len(names)} names")
+        raise ValueError(f"{entry_file.path}: {len(mapped)} tensors for {len(names)} names")
     return {name: mapped[f"t.{i}"] for i, name in enumerate(names)}
 
 

@@ -138,6 +138,18 @@ class safe_open:
         tb: Optional[TracebackType],
     ) -> bool: ...
 
+class _CacheEntry:
+    """A cache entry's file, open: the very file a lookup checked, or a fill
+    wrote. Its tensors are mapped from this handle, never from the entry's
+    path, which another fill may rename over, or a prune remove, meanwhile."""
+
+    @property
+    def path(self) -> str:
+        """The entry's path when the handle was taken (for messages)."""
+    def torch_tensors(self) -> Dict[str, Any]:
+        """Every tensor ("t.0", "t.1", ...) by name in file order, as CPU
+        torch tensors viewing a copy-on-write mapping of this open file."""
+
 class _CacheMiss:
     """A transform-cache lookup that found no usable entry (weightmap.gguf's
     cache of transformers' conversion uses it)."""
@@ -152,9 +164,12 @@ class _CacheMiss:
         size as that type) and `metadata` (no key under "weightmap.") as the
         entry, with the GIL released (nothing may write to or resize the
         arrays meanwhile). Returns outcome ("filled" or "in_memory"), entry,
-        reason, message, replaced. Once only. With commit=False: outcome
-        "pending", entry the temporary file (map it now), and pending, a
-        _CachePending whose commit() finishes."""
+        entry_file (the file written, open: a _CacheEntry, or None), reason
+        ("read_only", "invalid_max_size", ...), message, replaced. Once
+        only. With commit=False: outcome "pending", entry the temporary
+        file's path, entry_file that file (map it now, through
+        entry_file.torch_tensors()), and pending, a _CachePending whose
+        commit() finishes."""
 
 class _CachePending:
     """An entry written but not committed: _CacheMiss.write(commit=False)."""
@@ -172,6 +187,8 @@ def _cache_lookup(
 ) -> Dict[str, Any]:
     """The entry of transform (name, version, machine) of `source` in the
     cache at `dir` (default: $WEIGHTMAP_CACHE_DIR, $XDG_CACHE_HOME/weightmap,
-    ~/.cache/weightmap): hit (the entry's path or None), names and metadata
-    (a hit's tensor names and string key/values), miss (a _CacheMiss or
-    None), replaced (why an entry there was not used), seconds."""
+    ~/.cache/weightmap): hit (the entry's path or None), entry_file (a hit's
+    file as the lookup checked it, open: a _CacheEntry, or None), names and
+    metadata (a hit's tensor names and string key/values), miss (a
+    _CacheMiss or None), replaced (why an entry there was not used),
+    seconds."""
