@@ -6,18 +6,20 @@
 //! `nobody` through `setpriv`; elsewhere those tests print why they did not
 //! run, and pass.
 
+#[cfg(unix)]
 use std::cell::Cell;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+#[cfg(unix)]
 use std::time::Duration;
 
 use weightmap::buffer::SimDeviceBufferType;
-use weightmap::cache::{
-    Cache, CacheOutcome, Cached, EntryContents, Lookup, PlannedTensor, Transform, TransformId,
-};
+use weightmap::cache::{Cache, CacheOutcome, Cached, Transform};
+#[cfg(unix)]
+use weightmap::cache::{EntryContents, Lookup, PlannedTensor, TransformId};
 use weightmap::{gguf::Writer, LoadMode, LoadOptions, TensorType, Weights};
 
 /// F32 elements of the large tensor: 256 KiB, far more than the 4 KiB at
@@ -347,7 +349,10 @@ fn another_users_directory_swaps_serve_nothing_of_theirs() {
 /// Entry contents that hold their bytes (written past the page cache where
 /// the system can), and that, when first asked for them, do what an
 /// attacker with the directory would: put a link to `victim` where the
-/// fill's temporary file was.
+/// fill's temporary file was. Unix only: creating a link needs a privilege
+/// on Windows, where the cache directory is reached by its path and its
+/// ACL is what keeps others out (ARCHITECTURE.md, "The transform cache").
+#[cfg(unix)]
 struct PlantLink {
     data: Vec<u8>,
     dir: PathBuf,
@@ -355,6 +360,7 @@ struct PlantLink {
     planted: Cell<bool>,
 }
 
+#[cfg(unix)]
 impl EntryContents for PlantLink {
     fn tensors(&self) -> Vec<PlannedTensor> {
         let ne = vec![(self.data.len() / 4) as u64];
@@ -390,16 +396,10 @@ fn link(target: &Path, at: &Path) {
     std::os::unix::fs::symlink(target, at).unwrap();
 }
 
-#[cfg(windows)]
-fn link(target: &Path, at: &Path) {
-    // Creating links needs a privilege on Windows: a plain file stands in.
-    let _ = target;
-    fs::write(at, b"").unwrap();
-}
-
 /// Attack 4: a link planted at the fill's temporary name, 500 times: the
 /// fill writes the file it created, never the link's target.
 #[test]
+#[cfg(unix)]
 fn a_link_planted_at_the_temporary_name_clobbers_nothing() {
     let (dir, model, cache) = setup();
     let victim = dir.path().join("victim");

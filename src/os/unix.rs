@@ -506,9 +506,17 @@ fn fstat_fd(fd: libc::c_int) -> io::Result<libc::stat> {
     Ok(st)
 }
 
+/// The mode of `st` as a `u32`: `st_mode` is a `u16` on Apple's systems,
+/// a `u32` elsewhere (and wider than `mode_t` on 32-bit Android).
+#[allow(clippy::useless_conversion)]
+fn mode_of(st: &libc::stat) -> u32 {
+    u32::from(st.st_mode)
+}
+
 /// Whether the mode `m` is a regular file's.
-fn is_regular(m: libc::mode_t) -> bool {
-    m & libc::S_IFMT == libc::S_IFREG
+#[allow(clippy::useless_conversion)]
+fn is_regular(m: u32) -> bool {
+    m & u32::from(libc::S_IFMT) == u32::from(libc::S_IFREG)
 }
 
 /// Clear `O_NONBLOCK` on `fd`, which was opened with it only so that the
@@ -536,7 +544,7 @@ pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)?;
-    if !is_regular(fstat_fd(file.as_raw_fd())?.st_mode) {
+    if !is_regular(mode_of(&fstat_fd(file.as_raw_fd())?)) {
         return Err(not_regular());
     }
     clear_nonblock(file.as_raw_fd())?;
@@ -687,9 +695,7 @@ impl DirHandle {
             );
             return Ok((Some(why), None));
         }
-        // mode_t is u16 on Apple's systems, u32 elsewhere.
-        #[allow(clippy::useless_conversion)]
-        let mode = u32::from(st.st_mode) & 0o7777;
+        let mode = mode_of(&st) & 0o7777;
         if mode & 0o022 != 0 {
             let why = format!("its mode {mode:o} lets other users write in it");
             return Ok((Some(why), None));
@@ -714,7 +720,7 @@ impl DirHandle {
         // SAFETY: `fd` was just opened and nothing else owns it.
         let file = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
         let st = fstat_fd(fd)?;
-        if !is_regular(st.st_mode) {
+        if !is_regular(mode_of(&st)) {
             return Err(not_regular());
         }
         if st.st_uid != euid() {
@@ -803,7 +809,7 @@ impl DirHandle {
                     libc::AT_SYMLINK_NOFOLLOW,
                 )
             };
-            if r != 0 || !is_regular(st.st_mode) {
+            if r != 0 || !is_regular(mode_of(&st)) {
                 continue;
             }
             let mtime = std::time::UNIX_EPOCH
@@ -831,10 +837,7 @@ impl DirHandle {
 /// write it: an entry written by an older weightmap, made 0644.
 pub(crate) fn make_file_private(file: &File) -> io::Result<()> {
     let st = fstat_fd(file.as_raw_fd())?;
-    // mode_t is u16 on Apple's systems, u32 elsewhere.
-    #[allow(clippy::useless_conversion)]
-    let mode = u32::from(st.st_mode);
-    if mode & 0o077 != 0 {
+    if mode_of(&st) & 0o077 != 0 {
         // SAFETY: a live descriptor; fchmod touches no memory.
         cvt(unsafe { libc::fchmod(file.as_raw_fd(), 0o600) })?;
     }
