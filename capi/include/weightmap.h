@@ -665,9 +665,10 @@ const char *wm_version(void);
  * fill. A directory another user can write is refused (in memory, reason
  * `"unsafe_directory"`).
  *
- * A hit reads the source's header and a few KiB of each tensor, and calls
- * no callback. A stale entry (the source rewritten, another transform
- * name, version or machine facts) is never used.
+ * A hit reads the source's header and a few KiB of each tensor, checks
+ * every byte of the entry against its checksums, and calls no callback.
+ * A stale entry (the source rewritten, another transform name, version
+ * or machine facts) or a corrupted one is never used.
  *
  * Returns [`WM_OK`]; [`WM_ERR_BAD_ARGUMENT`] (NULL `source_path`,
  * `t`, `t->name`, `t->apply` or `out`; bad options);

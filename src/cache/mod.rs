@@ -219,7 +219,8 @@ impl Cache {
     /// into memory. The report says which, and why.
     ///
     /// A hit reads the source's header and a few KiB of each tensor, never
-    /// the whole file. On a miss the source is loaded with `options` and
+    /// the whole source, and checks every byte of the entry against its
+    /// checksums before it returns. On a miss the source is loaded with `options` and
     /// the transform reads it; either way the transformed tensors load
     /// with `options` (mode, prefetch, buffer types).
     ///
