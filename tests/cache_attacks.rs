@@ -100,6 +100,11 @@ fn load(cache: &Cache, model: &Path) -> Cached {
     load_with(cache, model, &LoadOptions::default())
 }
 
+/// Check that `c`'s outcome is `want`, saying what it was otherwise.
+fn assert_outcome(c: &Cached, want: CacheOutcome) {
+    assert_eq!(c.report().outcome, want, "{}", c.report());
+}
+
 /// A directory for a test's files on the disk the tests build on (direct
 /// I/O works there, as on a user's disk).
 fn scratch() -> tempfile::TempDir {
@@ -196,20 +201,10 @@ fn a_device_buffer_type_fills_then_hits() {
     let device = Arc::new(SimDeviceBufferType::new(32, 1 << 30).unwrap());
     let options = LoadOptions::default().buffer_type(device);
     let first = load_with(&cache, &model, &options);
-    assert_eq!(
-        first.report().outcome,
-        CacheOutcome::Filled,
-        "{}",
-        first.report()
-    );
+    assert_outcome(&first, CacheOutcome::Filled);
     assert!(holds(first.weights(), &want));
     let second = load_with(&cache, &model, &options);
-    assert_eq!(
-        second.report().outcome,
-        CacheOutcome::Hit,
-        "{}",
-        second.report()
-    );
+    assert_outcome(&second, CacheOutcome::Hit);
     assert!(holds(second.weights(), &want));
 }
 
@@ -576,19 +571,9 @@ fn a_source_path_that_is_not_utf8_fills_then_hits() {
     write_model(&model, 3);
     let want = expected(&model);
     let first = load(&cache, &model);
-    assert_eq!(
-        first.report().outcome,
-        CacheOutcome::Filled,
-        "{}",
-        first.report()
-    );
+    assert_outcome(&first, CacheOutcome::Filled);
     let second = load(&cache, &model);
-    assert_eq!(
-        second.report().outcome,
-        CacheOutcome::Hit,
-        "{}",
-        second.report()
-    );
+    assert_outcome(&second, CacheOutcome::Hit);
     assert!(holds(second.weights(), &want));
     let listed = cache.entries().unwrap();
     assert_eq!(listed.len(), 1);

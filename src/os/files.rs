@@ -16,15 +16,16 @@ use memmap2::MmapMut;
 use super::io::DIRECT_ALIGN;
 use super::sys;
 
-pub(crate) use sys::{
-    change_time_ns, file_identity, is_no_space, is_read_only, make_file_private, open_regular,
-    try_lock, LOCKS,
-};
+pub(crate) use sys::{change_time_ns, file_identity, is_no_space, is_read_only, try_lock, LOCKS};
 
 #[cfg(not(unix))]
-use by_path::DirHandle;
+pub(crate) use by_path::{make_file_private, open_regular};
+#[cfg(not(unix))]
+use by_path::{path_problem, DirHandle};
 #[cfg(unix)]
-use sys::DirHandle;
+pub(crate) use sys::{make_file_private, open_regular};
+#[cfg(unix)]
+use sys::{path_problem, DirHandle};
 
 /// A directory that no other user can write in, or swap for another, or
 /// (where there are modes) read: opened once, checked through the handle,
@@ -56,7 +57,7 @@ impl PrivateDir {
         path: &Path,
         create: bool,
     ) -> std::result::Result<(PrivateDir, Option<String>), DirRefusal> {
-        let real = match sys::path_problem(path) {
+        let real = match path_problem(path) {
             Ok(Ok(real)) => real,
             Ok(Err(why)) => return Err(DirRefusal::Unsafe(why)),
             Err(e) => return Err(DirRefusal::Io("resolve", e)),
@@ -124,7 +125,11 @@ impl PrivateDir {
 /// Where there is no `openat` (Windows, and systems without mapping), a
 /// directory is reached by its path each time: what is written there
 /// relies on the directory's ACL, which a user's own profile directory
-/// keeps to the user.
+/// keeps to the user. Windows has no mode bits, and a directory's owner is
+/// often a group (Administrators), not the user: a directory under the
+/// user's profile (`%LOCALAPPDATA%`) inherits its ACL, which is relied on,
+/// as for any file the user creates. No step of a path is refused, and no
+/// file's mode changed.
 #[cfg(not(unix))]
 mod by_path {
     use std::ffi::{OsStr, OsString};
@@ -132,6 +137,28 @@ mod by_path {
     use std::io;
     use std::path::{Path, PathBuf};
     use std::time::SystemTime;
+
+    /// The path, made absolute: no step of it is refused here.
+    pub(crate) fn path_problem(path: &Path) -> io::Result<Result<PathBuf, String>> {
+        std::path::absolute(path).map(Ok)
+    }
+
+    /// Files inherit the directory's ACL: nothing to change.
+    pub(crate) fn make_file_private(_file: &File) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Open `path` for reading if it is a regular file (a named pipe or a
+    /// device is refused with `InvalidInput`).
+    pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
+        if !fs::metadata(path)?.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ));
+        }
+        File::open(path)
+    }
 
     pub(crate) struct DirHandle {
         path: PathBuf,

@@ -170,24 +170,6 @@ pub(crate) fn change_time_ns(_file: &File) -> io::Result<u64> {
     Ok(0)
 }
 
-pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
-    if !std::fs::metadata(path)?.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
-    File::open(path)
-}
-
-pub(crate) fn path_problem(path: &Path) -> io::Result<Result<std::path::PathBuf, String>> {
-    std::path::absolute(path).map(Ok)
-}
-
-pub(crate) fn make_file_private(_file: &File) -> io::Result<()> {
-    Ok(())
-}
-
 /// No direct writes here.
 pub(crate) struct DirectWrites<'a>(&'a File);
 

@@ -515,31 +515,6 @@ pub(crate) fn change_time_ns(file: &File) -> io::Result<u64> {
         .saturating_mul(100))
 }
 
-/// Open `path` for reading if it is a regular file (a named pipe or a
-/// device is refused with `InvalidInput`).
-pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
-    if !std::fs::metadata(path)?.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
-    File::open(path)
-}
-
-/// Windows has no mode bits, and a directory's owner is often a group
-/// (Administrators), not the user: a directory under the user's profile
-/// (`%LOCALAPPDATA%`) inherits its ACL, which is relied on, as for any
-/// file the user creates. No step of a path is refused here.
-pub(crate) fn path_problem(path: &Path) -> io::Result<Result<std::path::PathBuf, String>> {
-    std::path::absolute(path).map(Ok)
-}
-
-/// Files inherit the directory's ACL: nothing to change.
-pub(crate) fn make_file_private(_file: &File) -> io::Result<()> {
-    Ok(())
-}
-
 /// A second handle on `file` that writes past the file cache
 /// (`ReOpenFile` with `FILE_FLAG_NO_BUFFERING`: the same file, never its
 /// path opened again).
