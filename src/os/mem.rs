@@ -63,10 +63,7 @@ impl TransparentHugePages {
 /// println!("huge pages for advised memory: {}", thp.for_advised_memory());
 /// ```
 pub fn transparent_huge_pages() -> TransparentHugePages {
-    if !cfg!(any(target_os = "linux", target_os = "android")) {
-        return TransparentHugePages::Absent;
-    }
-    let Ok(enabled) = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled") else {
+    let Some(enabled) = sys::thp_switch() else {
         return TransparentHugePages::Absent;
     };
     if enabled.contains("[always]") {

@@ -32,19 +32,8 @@ pub(crate) struct PageSizes {
 /// platform but Linux and Android: Windows and macOS map no file in huge
 /// pages).
 pub(crate) fn page_sizes(ranges: &[(usize, usize)]) -> io::Result<Vec<PageSizes>> {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    {
-        let text = std::fs::read_to_string("/proc/self/smaps")?;
-        Ok(page_sizes_in(&text, ranges))
-    }
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    {
-        let _ = ranges;
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "no huge pages for mapped files on this platform",
-        ))
-    }
+    let text = super::sys::read_smaps()?;
+    Ok(page_sizes_in(&text, ranges))
 }
 
 /// [`page_sizes`] over the text of an smaps file.

@@ -201,3 +201,16 @@ pub(crate) fn is_no_space(_e: &io::Error) -> bool {
 pub(crate) fn is_read_only(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::PermissionDenied
 }
+
+/// No transparent huge pages on this platform.
+pub(crate) fn thp_switch() -> Option<String> {
+    None
+}
+
+/// No `/proc/self/smaps` on this platform: no file is mapped in huge pages.
+pub(crate) fn read_smaps() -> io::Result<String> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "no huge pages for mapped files on this platform",
+    ))
+}

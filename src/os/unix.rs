@@ -120,6 +120,29 @@ pub(crate) fn advise_huge_pages(mem: &mut [u8]) {
     let _ = mem;
 }
 
+/// The kernel's switch for transparent huge pages, as it reads
+/// (`always [madvise] never`): Linux and Android; `None` elsewhere in the
+/// family, or where the kernel has none.
+pub(crate) fn thp_switch() -> Option<String> {
+    if !cfg!(any(target_os = "linux", target_os = "android")) {
+        return None;
+    }
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok()
+}
+
+/// The text of `/proc/self/smaps` (Linux and Android): what each mapping
+/// of this process holds, and in which page sizes. `Unsupported` elsewhere
+/// in the family (macOS and iOS map no file in huge pages).
+pub(crate) fn read_smaps() -> io::Result<String> {
+    if !cfg!(any(target_os = "linux", target_os = "android")) {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "no huge pages for mapped files on this platform",
+        ));
+    }
+    std::fs::read_to_string("/proc/self/smaps")
+}
+
 /// A read-only private map of `[start, start + len)` of a file, and the file.
 pub(crate) struct FileMap {
     map: Mmap,

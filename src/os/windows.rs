@@ -699,3 +699,16 @@ pub(crate) fn is_no_space(e: &io::Error) -> bool {
 pub(crate) fn is_read_only(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(5 | 19))
 }
+
+/// No transparent huge pages on Windows.
+pub(crate) fn thp_switch() -> Option<String> {
+    None
+}
+
+/// No `/proc/self/smaps` on Windows: no file is mapped in huge pages.
+pub(crate) fn read_smaps() -> io::Result<String> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "no huge pages for mapped files on this platform",
+    ))
+}
