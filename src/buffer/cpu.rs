@@ -3,11 +3,9 @@
 use std::alloc::Layout;
 use std::ptr::NonNull;
 
-use memmap2::MmapMut;
-
 use super::interface::{check_alignment, check_range, Buffer, BufferType, BufferUsage, HostRegion};
 use crate::error::{Error, Result};
-use crate::os::page_size;
+use crate::os::AnonMap;
 
 /// The CPU buffer type: host memory, 32-byte alignment by default (ggml's
 /// tensor alignment), configurable to any power of two.
@@ -157,8 +155,8 @@ enum Memory {
     Empty,
     /// A block from the global allocator.
     Heap(HeapBlock),
-    /// An anonymous mapping; the buffer starts `start` bytes in.
-    Map { map: MmapMut, start: usize },
+    /// An anonymous mapping.
+    Map(AnonMap),
 }
 
 /// A zeroed block from the global allocator, freed on drop: a `Box<[u8]>`
@@ -253,28 +251,9 @@ impl CpuBuffer {
         } else {
             alignment
         };
-        let slack = if alignment > page_size() {
-            alignment
-        } else {
-            0
-        };
-        let total = size.checked_add(slack).ok_or_else(|| Error::Alloc {
-            size,
-            source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
-        })?;
-        let mut opts = memmap2::MmapOptions::new();
-        opts.len(total);
-        let mut map = opts
-            .map_anon()
+        let map = AnonMap::new(size, alignment, huge_pages)
             .map_err(|source| Error::Alloc { size, source })?;
-        if huge_pages {
-            // A hint: a kernel without transparent huge pages refuses it,
-            // and the buffer is the same in base pages.
-            crate::os::advise_huge_pages(&mut map[..]);
-        }
-        let addr = map.as_ptr() as usize;
-        let start = addr.next_multiple_of(alignment) - addr;
-        Ok(Memory::Map { map, start })
+        Ok(Memory::Map(map))
     }
 
     /// The buffer's bytes.
@@ -282,7 +261,7 @@ impl CpuBuffer {
         match &self.mem {
             Memory::Empty => &[],
             Memory::Heap(b) => b.bytes(),
-            Memory::Map { map, start } => &map[*start..*start + self.size],
+            Memory::Map(map) => map.bytes(),
         }
     }
 
@@ -291,14 +270,14 @@ impl CpuBuffer {
         match &mut self.mem {
             Memory::Empty => &mut [],
             Memory::Heap(b) => b.bytes_mut(),
-            Memory::Map { map, start } => &mut map[*start..*start + self.size],
+            Memory::Map(map) => map.bytes_mut(),
         }
     }
 
     /// Whether the bytes are an anonymous mapping (a buffer of at least
     /// [`CpuBuffer::MAP_THRESHOLD`] bytes) rather than a heap block.
     pub fn is_mapped(&self) -> bool {
-        matches!(self.mem, Memory::Map { .. })
+        matches!(self.mem, Memory::Map(_))
     }
 }
 
@@ -330,7 +309,7 @@ impl Buffer for CpuBuffer {
             // address is its alignment, so zero-byte placements in it pass.
             Memory::Empty => self.alignment,
             Memory::Heap(b) => b.bytes().as_ptr() as usize,
-            Memory::Map { map, start } => map.as_ptr() as usize + start,
+            Memory::Map(map) => map.bytes().as_ptr() as usize,
         }
     }
     fn host_bytes(&self) -> Option<&[u8]> {
@@ -505,7 +484,7 @@ mod tests {
 
     #[test]
     fn prefault_maps_the_whole_pages_it_is_given_and_no_others() {
-        let page = page_size();
+        let page = crate::os::page_size();
         let mut b = CpuBuffer::new(64 * page, page, false).unwrap();
         assert!(b.is_mapped());
         if !crate::os::page_advice_is_observable("prefault") {

@@ -1,6 +1,8 @@
 //! What the system says of memory (the page size, huge pages, the
 //! memory-lock limit), and a cache prefetch hint.
 
+use std::io;
+
 use super::pages::huge_page_size;
 use super::sys;
 
@@ -104,4 +106,48 @@ pub(crate) fn prefetch_cache_line<T>(value: &T) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = value;
+}
+
+/// Anonymous memory this process maps for itself (zeroed, private), viewed
+/// from a start aligned as asked: the slack before it is never touched, so
+/// never resident.
+#[derive(Debug)]
+pub(crate) struct AnonMap {
+    map: memmap2::MmapMut,
+    start: usize,
+    len: usize,
+}
+
+impl AnonMap {
+    /// `len` zeroed bytes starting at a multiple of `alignment` (a power of
+    /// two), advised to be backed by huge pages when `huge_pages` (a hint:
+    /// a kernel without transparent huge pages refuses it, and the memory
+    /// is the same in base pages).
+    pub(crate) fn new(len: usize, alignment: usize, huge_pages: bool) -> io::Result<AnonMap> {
+        let slack = if alignment > page_size() {
+            alignment
+        } else {
+            0
+        };
+        let total = len
+            .checked_add(slack)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))?;
+        let mut map = memmap2::MmapOptions::new().len(total).map_anon()?;
+        if huge_pages {
+            advise_huge_pages(&mut map[..]);
+        }
+        let addr = map.as_ptr() as usize;
+        let start = addr.next_multiple_of(alignment) - addr;
+        Ok(AnonMap { map, start, len })
+    }
+
+    /// The bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.map[self.start..self.start + self.len]
+    }
+
+    /// The bytes, writable.
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.map[self.start..self.start + self.len]
+    }
 }
