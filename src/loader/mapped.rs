@@ -5,8 +5,8 @@ use std::fs::{File, Metadata};
 use std::path::Path;
 use std::sync::Arc;
 
-use super::page_plan::{Asked, PagePlan, Reread};
-use super::prefetch::{Prefetcher, Region};
+use super::page_plan::{PagePlan, PlanOptions, Reread};
+use super::prefetch::{total_of, Prefetcher, Region};
 use crate::buffer::{address_alignment, place, BufferType, HostRegion};
 use crate::error::{Error, FallbackReason};
 use crate::format::Header;
@@ -114,7 +114,7 @@ unsafe fn map_source(
     let ranges = mapped_ranges(&header, &routes.mapped, &[])?;
     let region = header.tensor_region();
     let region = (region.0 as usize, region.1 as usize);
-    let asked = Asked {
+    let asked = PlanOptions {
         advice: opts.advice,
         prefetch: opts.prefetch,
         reread: opts.reread_small_folios,
@@ -357,10 +357,6 @@ fn mapped_ranges(
         }
     }
     Ok(merge(ranges))
-}
-
-fn total_of(ranges: &[(usize, usize)]) -> u64 {
-    ranges.iter().map(|r| (r.1 - r.0) as u64).sum()
 }
 
 /// One buffer per buffer type over the span of its mapped tensors; each

@@ -122,7 +122,7 @@ pub(crate) fn mib(b: u64) -> String {
 
 /// What the load options ask of the plan.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Asked {
+pub(crate) struct PlanOptions {
     /// [`LoadOptions::advice`](crate::LoadOptions::advice).
     pub(crate) advice: AdvicePolicy,
     /// [`LoadOptions::prefetch`](crate::LoadOptions::prefetch).
@@ -259,7 +259,7 @@ impl PagePlan {
         header: &Header,
         (start, end): (usize, usize),
         bytes: u64,
-        asked: Asked,
+        asked: PlanOptions,
         budget: Option<u64>,
     ) -> PagePlan {
         let random_access = advise_access(map, header, asked.advice, start, end);
@@ -408,7 +408,7 @@ pub(crate) fn fits(bytes: u64, budget: u64, max_percent: u8) -> bool {
 
 /// Whether the re-read `asked` for can act: only where the region is read
 /// in huge pages and a prefetch maps all of it first.
-fn plan_reread(asked: Asked, huge_pages: bool, prefetch: &PrefetchPlan) -> Reread {
+fn plan_reread(asked: PlanOptions, huge_pages: bool, prefetch: &PrefetchPlan) -> Reread {
     if !asked.reread {
         return Reread::Off;
     }
@@ -501,7 +501,7 @@ mod tests {
 
     #[test]
     fn a_reread_acts_only_after_a_prefetch_that_maps_the_region_in_huge_pages() {
-        let asked = Asked {
+        let asked = PlanOptions {
             advice: AdvicePolicy::PerTensor,
             prefetch: Prefetch::DEFAULT,
             reread: true,
@@ -510,7 +510,7 @@ mod tests {
             budget: 1,
             max_percent: 50,
         };
-        let not_asked = Asked {
+        let not_asked = PlanOptions {
             reread: false,
             ..asked
         };
@@ -527,7 +527,7 @@ mod tests {
             plan_reread(asked, true, &PrefetchPlan::WillNeed),
             refused(RereadRefusal::Prefetch("willneed"))
         );
-        let uniform = Asked {
+        let uniform = PlanOptions {
             advice: AdvicePolicy::Uniform(AccessAdvice::Normal),
             ..asked
         };

@@ -82,7 +82,7 @@ pub struct Pass<'w> {
     /// be dropped together: dropping a 4 KiB page costs about a microsecond,
     /// so a thread beside the reader does it, a batch at a time, off the
     /// caller's path.
-    behind: Option<Behind>,
+    behind: Option<PassedTensors>,
     /// Where the last run handed over to be dropped ended, and in which
     /// mapping: the next one reaches back from it ([`drop_from`]).
     dropped_to: Option<(Arc<Mapping>, u64)>,
@@ -251,7 +251,7 @@ impl<'w> Pass<'w> {
                         }
                         _ => r.start,
                     };
-                    self.behind = Some(Behind {
+                    self.behind = Some(PassedTensors {
                         map: Arc::clone(map),
                         file: from..r.end,
                         run_start,
@@ -332,7 +332,7 @@ struct Span {
 
 /// Tensors of one mapping behind the pass, to drop together.
 #[derive(Debug)]
-struct Behind {
+struct PassedTensors {
     map: Arc<Mapping>,
     /// From the first one's start to the last one's end, in the file.
     file: Range<u64>,
@@ -340,7 +340,7 @@ struct Behind {
     run_start: u64,
 }
 
-impl Behind {
+impl PassedTensors {
     fn bytes(&self) -> u64 {
         self.file.end - self.file.start
     }
@@ -368,7 +368,7 @@ struct State {
     /// be dropped).
     held_from: u64,
     /// Handed over, not dropped yet.
-    drops: Vec<Behind>,
+    drops: Vec<PassedTensors>,
     /// Where what is being dropped now starts in the run.
     dropping: Option<u64>,
     stop: bool,
@@ -495,7 +495,7 @@ impl Reader {
     }
 
     /// Drop `behind` on the dropping thread (or here, without one).
-    fn drop_later(&self, behind: Behind) {
+    fn drop_later(&self, behind: PassedTensors) {
         if self.dropper.is_none() {
             return behind.drop_pages();
         }

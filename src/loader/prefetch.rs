@@ -345,7 +345,7 @@ fn read_ahead_of_pass(
     // only through `follow`, so a table read by row, whose pages a pass
     // mostly leaves unmapped, does not hold it back.
     let (mut front, mut r) = (follow.first().map_or(0, |r| r.0), 0);
-    let mut behind = Behind::new(ranges);
+    let mut behind = DropCursor::new(ranges);
     for &(start, end) in ranges {
         let mut pos = start;
         while pos < end {
@@ -396,19 +396,19 @@ fn read_ahead_of_pass(
 }
 
 /// Pages behind a first pass, dropped a batch at a time.
-struct Behind {
+struct DropCursor {
     /// Dropped up to here (an offset in the map), in `ranges[range]`.
     at: usize,
     range: usize,
 }
 
-impl Behind {
+impl DropCursor {
     /// Bytes dropped per call at least: a call costs a drain of every
     /// CPU's page lists.
     const BATCH: usize = 8 << 20;
 
-    fn new(ranges: &[(usize, usize)]) -> Behind {
-        Behind {
+    fn new(ranges: &[(usize, usize)]) -> DropCursor {
+        DropCursor {
             at: ranges.first().map_or(0, |r| r.0),
             range: 0,
         }
@@ -438,7 +438,8 @@ impl Behind {
     }
 }
 
-fn total_of(ranges: &[(usize, usize)]) -> u64 {
+/// The bytes in `ranges` (offsets into one mapping).
+pub(super) fn total_of(ranges: &[(usize, usize)]) -> u64 {
     ranges.iter().map(|r| (r.1 - r.0) as u64).sum()
 }
 
