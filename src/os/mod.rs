@@ -8,9 +8,9 @@
 //!
 //! | module | targets | maps | prefetch | budget |
 //! |---|---|---|---|---|
-//! | `unix.rs` | Linux, Android, macOS, iOS, the BSDs | `mmap(PROT_READ, MAP_PRIVATE)` | `MADV_WILLNEED` (Apple: `F_RDADVISE` too) | cgroups + `MemAvailable`; host VM statistics (macOS); `os_proc_available_memory` (iOS) |
-//! | `windows.rs` | Windows | `CreateFileMappingW(PAGE_READONLY)` + `MapViewOfFile(FILE_MAP_READ)` | `PrefetchVirtualMemory`, then a reader touching each page | job object limits + available physical memory |
-//! | `stub.rs` | everything else (WASI, ...) | no: every load streams, `FallbackReason::Unsupported` | none | none ("unreadable") |
+//! | `sys/unix.rs` | Linux, Android, macOS, iOS, the BSDs | `mmap(PROT_READ, MAP_PRIVATE)` | `MADV_WILLNEED` (Apple: `F_RDADVISE` too) | cgroups + `MemAvailable`; host VM statistics (macOS); `os_proc_available_memory` (iOS) |
+//! | `sys/windows.rs` | Windows | `CreateFileMappingW(PAGE_READONLY)` + `MapViewOfFile(FILE_MAP_READ)` | `PrefetchVirtualMemory`, then a reader touching each page | job object limits + available physical memory |
+//! | `sys/stub.rs` | everything else (WASI, ...) | no: every load streams, `FallbackReason::Unsupported` | none | none ("unreadable") |
 //!
 //! Each `sys` module defines the same items, which the platform-independent
 //! modules here build on:
@@ -33,9 +33,9 @@
 //! does nothing; the loader reports it (a fallback reason, a skipped
 //! prefetch, "residency unknown") and nothing fails for it.
 
-#[cfg_attr(unix, path = "unix.rs")]
-#[cfg_attr(windows, path = "windows.rs")]
-#[cfg_attr(not(any(unix, windows)), path = "stub.rs")]
+#[cfg_attr(unix, path = "sys/unix.rs")]
+#[cfg_attr(windows, path = "sys/windows.rs")]
+#[cfg_attr(not(any(unix, windows)), path = "sys/stub.rs")]
 mod sys;
 
 mod advice;
