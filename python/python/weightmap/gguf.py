@@ -41,7 +41,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 import numpy as np
 
 import gguf as _gguf
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFEndian, GGUFValueType
+from gguf.constants import GGMLQuantizationType, GGUFEndian, GGUFValueType
 from gguf.gguf_reader import ReaderField, ReaderTensor
 from gguf.quants import quant_shape_from_byte_shape, quant_shape_to_byte_shape
 
@@ -221,8 +221,8 @@ class GGUFReader:
             self.alignment = f.parts[-1][0]
         self.data_offset = int(layout.data_offset)
         self.tensors: List[ReaderTensor] = [
-            self._tensor(self._tensor_field(name, at, n_dims))
-            for name, _type, _offset, _nbytes, at, n_dims in layout.tensors()
+            self._tensor(self._tensor_field(name, at, n_dims), ggml_id, offset, nbytes)
+            for name, ggml_id, offset, nbytes, at, n_dims in layout.tensors()
         ]
 
     # Fetch a key/value metadata field by key.
@@ -259,14 +259,16 @@ class GGUFReader:
             [1, 3, 4, 5],
         )
 
-    def _tensor(self, field: ReaderField) -> ReaderTensor:
-        _name_len, _name_data, _n_dims, dims, raw_dtype, offset_tensor = field.parts
-        ggml_type = GGMLQuantizationType(raw_dtype[0])
+    def _tensor(self, field: ReaderField, ggml_id: int, offset: int, nbytes: int) -> ReaderTensor:
+        """The tensor whose descriptor is ``field``, with the type, offset
+        (from the data section's start) and byte count weightmap's header
+        validated: nothing is computed again here."""
+        dims = field.parts[3]
+        ggml_type = GGMLQuantizationType(ggml_id)
         n_elems = int(np.prod(dims))
         np_dims = tuple(reversed(dims.tolist()))
-        block_size, type_size = GGML_QUANT_SIZES[ggml_type]
-        n_bytes = n_elems * type_size // block_size
-        data_offs = int(self.data_offset + offset_tensor[0])
+        n_bytes = int(nbytes)
+        data_offs = self.data_offset + int(offset)
         item_type = _ELEMENT_NP.get(ggml_type)
         if item_type is not None:
             item_count = n_elems
