@@ -4,7 +4,8 @@
 
 // The layers, lowest first; every import points down (tests/layers.rs
 // checks it): error and types; os and alloc; the formats (tensor, gguf,
-// safetensors, format); buffer and quant; the loader; the transform cache.
+// safetensors, format); buffer, quant and the page plan; the loader; the
+// transform cache.
 mod alloc;
 pub mod buffer;
 pub mod cache;
@@ -13,6 +14,7 @@ mod format;
 pub mod gguf;
 mod loader;
 mod os;
+mod page_plan;
 pub mod quant;
 pub mod safetensors;
 mod tensor;
@@ -21,15 +23,17 @@ mod types;
 pub use error::{Error, ErrorKind, FallbackReason, Result};
 pub use format::{Format, Header};
 pub use loader::{
-    AdvicePolicy, BorrowedWeights, Budget, BufferReport, CopiedTensor, CopyReason, DirectIo,
-    DirectOutcome, HugePages, LoadMode, LoadOptions, LoadReport, MappedWeights, ModelHeaders,
-    OwnedTensor, Pass, PlacementKind, Prefetch, PrefetchDecision, PrefetchProgress, PrefetchState,
-    ProgressFn, ReadReport, Reread, RereadRefusal, Route, Scope, ShardReport, SkipReason, Tensor,
-    TensorRef, Weights,
+    BorrowedWeights, Budget, BufferReport, CopiedTensor, CopyReason, DirectIo, DirectOutcome,
+    HugePages, LoadMode, LoadOptions, LoadReport, MappedWeights, ModelHeaders, OwnedTensor, Pass,
+    PlacementKind, ReadReport, Route, Scope, ShardReport, Tensor, TensorRef, Weights,
 };
 pub use os::{
     evict, file_residency, page_size, transparent_huge_pages, AccessAdvice, Residency,
     TransparentHugePages,
+};
+pub use page_plan::{
+    AdvicePolicy, Prefetch, PrefetchDecision, PrefetchProgress, PrefetchState, ProgressFn, Reread,
+    RereadRefusal, SkipReason,
 };
 pub use tensor::{Element, Parse, TensorInfo, TensorTable};
 pub use types::TensorType;

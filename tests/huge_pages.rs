@@ -203,12 +203,16 @@ fn a_reread_that_cannot_act_is_refused_with_the_reason() {
     // elsewhere, the want of huge pages.
     let huge_pages_taken = reread(&asked) == Reread::On;
     for (prefetch, name) in [(Prefetch::WillNeed, "willneed"), (Prefetch::None, "off")] {
+        let weights = load(&path, &asked.clone().prefetch(prefetch));
+        let report = weights.report();
         let why = match huge_pages_taken {
-            true => RereadRefusal::Prefetch(name),
+            // The refusal carries the decision the report gives.
+            true => RereadRefusal::Prefetch(report.prefetch.clone()),
             false => RereadRefusal::NoHugePages,
         };
-        let r = reread(&asked.clone().prefetch(prefetch));
-        assert_eq!(r, Reread::Refused(why), "{prefetch:?}");
+        assert_eq!(report.prefetch.name(), name);
+        let r = &report.reread;
+        assert_eq!(r, &Reread::Refused(why), "{prefetch:?}");
         assert!(r.to_string().starts_with("refused: "), "{r}");
     }
 }

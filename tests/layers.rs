@@ -4,10 +4,12 @@
 //! The graph is read from the source text of `src/`, not from rustc, so the
 //! test needs nothing beyond std and sees inline paths (`crate::x::f()`) as
 //! well as `use` lines. Test-only code (`#[cfg(test)] mod`) may import
-//! anything and is skipped. Not handled, as the crate has none: `#[path]`,
-//! and folders in folders (`src/x/y/z.rs` is not checked against its
-//! siblings). `the_graph_reader_finds_edges` guards the reader, since one
-//! that saw nothing would let every other check pass.
+//! anything and is skipped. In a folder of folders (`src/loader/mapped/`),
+//! each sub-folder is one part of the folder above it, so the arrows between
+//! the loader's wings are checked as those between files. Not handled, as
+//! the crate has none: `#[path]` other than a platform's choice of file.
+//! `the_graph_reader_finds_edges` guards the reader, since one that saw
+//! nothing would let every other check pass.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::Path;
@@ -17,10 +19,40 @@ const LAYERS: &[&[&str]] = &[
     &["error", "types"],
     &["os", "alloc"],
     &["tensor", "gguf", "safetensors", "format"],
-    &["buffer", "quant"],
+    &["buffer", "quant", "page_plan"],
     &["loader"],
     &["cache"],
 ];
+
+/// The folders whose parts are layered too, lowest first (`mod` is the
+/// folder's mod.rs, which declares every part and so sits on top). A part
+/// may import its own layer or lower.
+const FOLDER_LAYERS: &[(&str, &[&[&str]])] = &[
+    (
+        "loader",
+        &[
+            // The floor: what a load is asked, what it did, and the facts
+            // both paths start from.
+            &[
+                "budget", "headers", "loaded", "options", "report", "shards", "source",
+            ],
+            // The wings: the copying paths, the mapped path (which copies
+            // what it cannot view in place), the handles a caller holds.
+            &["copy"],
+            &["mapped"],
+            &["handles"],
+            &["mod"],
+        ],
+    ),
+    (
+        "page_plan",
+        &[&["choices"], &["plan"], &["prefetch"], &["mod"]],
+    ),
+];
+
+/// The most Rust files one folder of `src/` may hold, so that a newcomer
+/// can see what belongs together.
+const MOST_FILES_A_FOLDER: usize = 12;
 
 /// Inside layer 0, "no cycle" is not enough: the bottom of the crate must
 /// stay a leaf, so these are the only arrows allowed there.
@@ -276,7 +308,6 @@ fn graph_of(files: &[(String, String)]) -> Graph {
             Some((name, folder)) if !owns_dir => (folder, name.as_str()),
             _ => (&module[..], "mod"),
         };
-        let siblings = children(&modules, folder);
         let mut file_edge = |to: &str, line| {
             let (from, to, at) = (me.to_string(), to.to_string(), at(line));
             g.folders
@@ -292,14 +323,26 @@ fn graph_of(files: &[(String, String)]) -> Graph {
         for (path, line) in paths {
             match path.first() {
                 Some(n) if n == top => {
-                    if folder.is_empty() || !path.starts_with(folder) {
-                        continue; // the file's own items
-                    }
-                    // Not a sibling file: an item of mod.rs, or one it re-exports.
-                    let to = path.get(folder.len()).map(String::as_str);
-                    let to = to.filter(|n| siblings.contains(n)).unwrap_or("mod");
-                    if to != me {
-                        file_edge(to, line);
+                    // In each folder that holds the file, from the
+                    // outermost in, an arrow from the part that holds it
+                    // (a file, or a folder of files) to the part that holds
+                    // the item: an item of mod.rs, or one it re-exports, is
+                    // `mod`'s.
+                    for depth in 1..=folder.len() {
+                        let outer = &folder[..depth];
+                        if !path.starts_with(outer) {
+                            break; // the file's own items, or a cousin's
+                        }
+                        let from = module.get(depth).filter(|_| depth < folder.len());
+                        let from = from.map_or(me, String::as_str);
+                        let parts = children(&modules, outer);
+                        let to = path.get(depth).map(String::as_str);
+                        let to = to.filter(|n| parts.contains(n)).unwrap_or("mod");
+                        if to != from {
+                            let (from, to, at) = (from.to_string(), to.to_string(), at(line));
+                            let edges = g.folders.entry(outer.join("/")).or_default();
+                            edges.push(Edge { from, to, at });
+                        }
                     }
                 }
                 Some(n) if g.modules.contains_key(n) => {
@@ -474,6 +517,68 @@ fn every_import_points_down_the_layers() {
     fail_if_any("imports that do not point down the layers", problems);
 }
 
+#[test]
+fn every_import_inside_a_layered_folder_points_down() {
+    let g = graph_of(&library_files());
+    let mut problems = Vec::new();
+    for (folder, layers) in FOLDER_LAYERS {
+        let layer = |m: &str| layers.iter().position(|l| l.contains(&m));
+        let edges = g.folders.get(*folder).map_or(&[][..], Vec::as_slice);
+        if edges.is_empty() {
+            problems.push(format!(
+                "src/{folder}/ read as no arrows: is it still there?"
+            ));
+        }
+        let parts = edges.iter().flat_map(|e| [e.from.as_str(), e.to.as_str()]);
+        for part in parts.collect::<BTreeSet<_>>() {
+            if layer(part).is_none() {
+                problems.push(format!(
+                    "`{part}` of src/{folder}/ is in no layer: place it in FOLDER_LAYERS"
+                ));
+            }
+        }
+        for ((from, to), at) in arrows(edges) {
+            if let (Some(i), Some(j)) = (layer(from), layer(to)) {
+                if j > i {
+                    problems.push(format!(
+                        "in src/{folder}/, `{from}` (layer {i}) imports `{to}` (layer {j}), \
+                         pointing up, at {}",
+                        at.join(", ")
+                    ));
+                }
+            }
+        }
+    }
+    fail_if_any("imports inside a folder that do not point down", problems);
+}
+
+#[test]
+fn no_folder_holds_more_than_a_dozen_rust_files() {
+    fn walk(dir: &Path, problems: &mut Vec<String>) {
+        let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{dir:?}: {e}"));
+        let paths: Vec<_> = entries.map(|e| e.unwrap().path()).collect();
+        let rust = paths
+            .iter()
+            .filter(|p| p.extension().is_some_and(|x| x == "rs"));
+        let n = rust.count();
+        if n > MOST_FILES_A_FOLDER {
+            problems.push(format!("{} holds {n} Rust files", dir.display()));
+        }
+        for sub in paths.iter().filter(|p| p.is_dir()) {
+            walk(sub, problems);
+        }
+    }
+    let mut problems = Vec::new();
+    walk(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut problems,
+    );
+    fail_if_any(
+        &format!("folders of more than {MOST_FILES_A_FOLDER} Rust files: give them wings"),
+        problems,
+    );
+}
+
 /// Small files, each after a `==> path` line, with every form the reader
 /// must understand. What `a.rs` says of `c` in prose, strings and test code
 /// must not be an edge.
@@ -492,6 +597,7 @@ fn f<'a>(_: &'a str) -> crate::Result<char> { let _ = r#"crate::c"#; Ok('}') }
 ==> src/b/mod.rs
 mod x;
 mod y;
+mod z;
 pub use self::x::X;
 #[cfg(test)]
 #[allow(unused)]
@@ -504,6 +610,11 @@ use crate::{
 };
 ==> src/b/y.rs
 pub fn g() -> crate::b::x::X { super::super::c::f() }
+==> src/b/z/mod.rs
+mod w;
+==> src/b/z/w.rs
+use crate::b::y::g;
+fn h() -> super::super::x::X { super::w::k() }
 ==> src/c.rs
 mod inner { use super::*; use super::super::Error; }
 "##;
@@ -517,10 +628,14 @@ b -> c  src/b/x.rs:4
 b -> c  src/b/y.rs:1
 b: mod -> x  src/b/mod.rs:1
 b: mod -> y  src/b/mod.rs:2
-b: mod -> x  src/b/mod.rs:3
+b: mod -> z  src/b/mod.rs:3
+b: mod -> x  src/b/mod.rs:4
 b: x -> y  src/b/x.rs:1
 b: x -> mod  src/b/x.rs:1
 b: y -> x  src/b/y.rs:1
+b: z -> y  src/b/z/w.rs:1
+b: z -> x  src/b/z/w.rs:2
+b/z: mod -> w  src/b/z/mod.rs:1
 src/a.rs:4: `crate::Result`
 src/c.rs:1: `crate::Error`
 ";
@@ -547,9 +662,9 @@ fn the_graph_reader_finds_edges() {
     }
     assert_eq!(got, FIXTURE_GRAPH);
     assert_eq!(cycles(&g.top), [["a", "b"]]);
-    assert_eq!(cycles(&g.folders["b"]), [["mod", "x", "y"]]);
+    assert_eq!(cycles(&g.folders["b"]), [["mod", "x", "y", "z"]]);
     let described = describe_cycles("files", &g.folders["b"]).concat();
-    let lp = "    mod -> x   at src/b/mod.rs:1, src/b/mod.rs:3\n    x -> mod   at src/b/x.rs:1\n";
+    let lp = "    mod -> x   at src/b/mod.rs:1, src/b/mod.rs:4\n    x -> mod   at src/b/x.rs:1\n";
     assert!(described.contains(lp), "{described}");
 
     // The real tree: the command's files are not the library's, and the

@@ -6,6 +6,7 @@ use std::ptr::NonNull;
 use super::interface::{check_alignment, check_range, Buffer, BufferType, BufferUsage, HostRegion};
 use crate::error::{Error, Result};
 use crate::os::AnonMap;
+use crate::page_plan::plan::owned_buffer_alignment;
 
 /// The CPU buffer type: host memory, 32-byte alignment by default (ggml's
 /// tensor alignment), configurable to any power of two.
@@ -246,11 +247,7 @@ impl CpuBuffer {
     /// of the buffer can be one (the slack before it is never touched, so
     /// never resident).
     fn map(size: usize, alignment: usize, huge_pages: bool) -> Result<Memory> {
-        let alignment = if huge_pages {
-            alignment.max(crate::os::huge_page())
-        } else {
-            alignment
-        };
+        let alignment = owned_buffer_alignment(alignment, huge_pages);
         let map = AnonMap::new(size, alignment, huge_pages)
             .map_err(|source| Error::Alloc { size, source })?;
         Ok(Memory::Map(map))

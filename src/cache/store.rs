@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::buffer::{CpuBuffer, CpuBufferType};
+use crate::buffer::{Buffer, BufferType, CpuBufferType};
 use crate::error::{Error, Result};
 use crate::loader::{budget, LoadOptions, Weights};
 use crate::os::{
@@ -352,17 +352,34 @@ pub(crate) fn in_memory(
         bytes: layout.len,
         what: "the transformed tensors",
     })?;
-    let mut buffer = CpuBufferType::new().alloc(len)?;
-    layout.write(key, contents, buffer.bytes_mut())?;
+    let mut buffer = host_buffer(options, len)?;
+    // Never empty: `host_buffer` gives a buffer that shows its bytes.
+    layout.write(key, contents, buffer.host_bytes_mut().unwrap_or_default())?;
     Weights::from_memory(InMemoryEntry(buffer), options)
 }
 
+/// `len` bytes of host memory as the caller's options ask: from their
+/// buffer type when it is the host's (its alignment and huge-page switch
+/// hold), else a CPU buffer of its alignment.
+fn host_buffer(options: &LoadOptions, len: usize) -> Result<Box<dyn Buffer>> {
+    let bt = &options.buffer_type;
+    let mut buffer = match bt.is_host() {
+        true => bt.alloc_buffer_to_fill(len)?,
+        false => CpuBufferType::with_alignment(bt.alignment())?.alloc_buffer_to_fill(len)?,
+    };
+    match buffer.host_bytes_mut().is_some() {
+        true => Ok(buffer),
+        // A host type whose buffers do not show their bytes.
+        false => CpuBufferType::with_alignment(bt.alignment())?.alloc_buffer_to_fill(len),
+    }
+}
+
 /// An entry's bytes in memory.
-struct InMemoryEntry(CpuBuffer);
+struct InMemoryEntry(Box<dyn Buffer>);
 
 impl AsRef<[u8]> for InMemoryEntry {
     fn as_ref(&self) -> &[u8] {
-        self.0.bytes()
+        self.0.host_bytes().unwrap_or_default()
     }
 }
 
@@ -589,6 +606,42 @@ fn remove_orphans(dir: &PrivateDir, report: &mut PruneReport) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A host buffer type that counts its buffers, over the CPU's.
+    #[derive(Debug)]
+    struct Counting(CpuBufferType, AtomicUsize);
+
+    impl BufferType for Counting {
+        fn name(&self) -> &str {
+            "counting"
+        }
+        fn alignment(&self) -> usize {
+            self.0.alignment()
+        }
+        fn is_host(&self) -> bool {
+            true
+        }
+        fn alloc_buffer(&self, size: usize) -> Result<Box<dyn Buffer>> {
+            self.1.fetch_add(1, Ordering::SeqCst);
+            self.0.alloc_buffer(size)
+        }
+    }
+
+    #[test]
+    fn an_entry_in_memory_is_made_by_the_callers_host_buffer_type() {
+        let bt = Arc::new(Counting(
+            CpuBufferType::with_alignment(4096)
+                .unwrap()
+                .huge_pages(false),
+            AtomicUsize::new(0),
+        ));
+        let options = LoadOptions::default().buffer_type(bt.clone());
+        let buffer = host_buffer(&options, 1 << 20).unwrap();
+        assert_eq!(bt.1.load(Ordering::SeqCst), 1);
+        assert_eq!(buffer.host_bytes().unwrap().len(), 1 << 20);
+        assert_eq!(buffer.host_bytes().unwrap().as_ptr() as usize % 4096, 0);
+    }
 
     #[test]
     fn only_the_caches_own_names_are_entries_or_temporary_files() {

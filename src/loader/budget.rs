@@ -4,6 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::os::{read_budget, BudgetReading};
+use crate::page_plan::plan::MemReader;
 
 use super::options::LoadOptions;
 use super::report::Budget;
@@ -28,10 +29,15 @@ pub(crate) fn current(opts: &LoadOptions) -> Budget {
     }
 }
 
-/// The budget's bytes as the prefetch re-reads them while it runs: the
-/// figure `opts` fixed, or the system's now (a cgroup's usage moves as the
-/// prefetch fills the page cache).
-pub(crate) fn reader(opts: &LoadOptions) -> super::prefetch::MemReader {
+/// The budget a mapped load is held to, read once as it starts, and how a
+/// background prefetch reads it again while it runs: the figure `opts`
+/// fixed, or the system's then (a cgroup's usage moves as the prefetch
+/// fills the page cache).
+pub(crate) fn read_once(opts: &LoadOptions) -> (Budget, MemReader) {
+    (current(opts), reader(opts))
+}
+
+fn reader(opts: &LoadOptions) -> MemReader {
     match opts.budget {
         Some(bytes) => std::sync::Arc::new(move || Some(bytes)),
         None => std::sync::Arc::new(|| read_budget().budget().map(|b| b.bytes)),

@@ -5,17 +5,61 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::buffer::Buffer;
+use crate::buffer::{Buffer, Placement};
 use crate::error::FallbackReason;
 use crate::format::Header;
 use crate::os::Mapping;
+use crate::page_plan::prefetch::Prefetcher;
+use crate::page_plan::{PrefetchDecision, Reread};
 
 use super::options::LoadMode;
-use super::page_plan::Reread;
-use super::place::Slot;
-use super::prefetch::{PrefetchDecision, Prefetcher};
-use super::read::ReadReport;
-use super::report::{Budget, BufferReport, CopiedTensor, LoadReport, PlacementKind};
+use super::report::{Budget, BufferReport, CopiedTensor, LoadReport, PlacementKind, ReadReport};
+
+/// Where one tensor ended up: a buffer (index into the load's buffers) and
+/// its place there, in 16 bytes (a million-tensor load keeps a million).
+/// Its length is the tensor's size, so it is not stored.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Slot {
+    offset: usize,
+    buffer: u32,
+    /// log2 of the alignment the address was checked against.
+    align_log2: u8,
+    pub kind: PlacementKind,
+}
+
+impl Slot {
+    /// Not yet placed.
+    pub(crate) const EMPTY: Slot = Slot {
+        offset: 0,
+        buffer: u32::MAX,
+        align_log2: 0,
+        kind: PlacementKind::Copied,
+    };
+
+    /// Placed as `p` says in buffer `buffer` of the load.
+    pub(crate) fn new(buffer: u32, p: &Placement, kind: PlacementKind) -> Slot {
+        Slot {
+            offset: p.offset,
+            buffer,
+            align_log2: p.alignment.trailing_zeros() as u8,
+            kind,
+        }
+    }
+
+    /// The index of its buffer.
+    pub fn buffer(&self) -> usize {
+        self.buffer as usize
+    }
+
+    /// Its placement, for a tensor of `len` bytes.
+    pub fn placement(&self, len: u64) -> Placement {
+        Placement {
+            offset: self.offset,
+            len: len as usize,
+            alignment: 1 << self.align_log2,
+        }
+    }
+}
 
 /// Everything a load made, from either path.
 #[derive(Debug)]

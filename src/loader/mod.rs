@@ -2,12 +2,23 @@
 //! zero-copy (copying only those that cannot be viewed in place), or streams
 //! them into owned buffers, and reports which ran.
 //!
-//! One idea a module: [`options`](LoadOptions) (what to do), `report` (what
-//! was done), `mapped` (the mapped path), `stream` (the stream path),
-//! `page_plan` (every page-size decision of a mapped load, made once),
-//! `prefetch` (the prefetcher that carries it out), `place` (owned buffers
-//! laid out and filled, shared by both), `weights`
-//! (the [`Weights`] facade and its tensor handles).
+//! Three wings, each a folder, over a floor they share:
+//!
+//! - `mapped/`: the mapped path (map, validate, view in place, prefetch as
+//!   the [page plan](crate::page_plan) says);
+//! - `copy/`: the copying paths (the stream path, and the owned buffers
+//!   that both paths lay out and fill, read in parallel, directly from
+//!   storage where that wins);
+//! - `handles/`: what a caller holds ([`Weights`], [`TensorRef`],
+//!   [`Tensor`], [`Scope`], [`Pass`]);
+//! - the floor: [`options`](LoadOptions) (what to do), `report` (what was
+//!   done), `budget` (the memory a load is held to), `source` (where the
+//!   bytes are), `loaded` (what a path made of one file), `shards` and
+//!   `headers` (models in several files).
+//!
+//! Arrows point from the handles to the paths and from the paths to the
+//! floor, and the mapped path uses the copying one for what it cannot view
+//! in place (tests/layers.rs).
 //!
 //! ```
 //! use weightmap::{gguf::Writer, LoadMode, LoadOptions, TensorType, Weights};
@@ -33,36 +44,25 @@
 //! ```
 
 pub(crate) mod budget;
-mod handle;
+mod copy;
+mod handles;
 mod headers;
 mod loaded;
 mod mapped;
 mod options;
-mod page_plan;
-mod pass;
-mod place;
-mod prefetch;
-mod read;
 mod report;
 mod shards;
 mod source;
-mod stream;
-mod tensor_ref;
-mod weights;
 
-pub use handle::{Scope, Tensor};
-pub use headers::ModelHeaders;
-pub use options::{LoadMode, LoadOptions, Route};
-pub use page_plan::{AdvicePolicy, Prefetch, Reread, RereadRefusal, SkipReason};
-pub use pass::Pass;
-pub use prefetch::{PrefetchDecision, PrefetchProgress, PrefetchState};
-pub use read::{DirectIo, DirectOutcome, ProgressFn, ReadReport};
-pub use report::{
-    Budget, BufferReport, CopiedTensor, CopyReason, HugePages, LoadReport, PlacementKind,
-    ShardReport,
+pub use handles::{
+    BorrowedWeights, MappedWeights, OwnedTensor, Pass, Scope, Tensor, TensorRef, Weights,
 };
-pub use tensor_ref::{OwnedTensor, TensorRef};
-pub use weights::{BorrowedWeights, MappedWeights, Weights};
+pub use headers::ModelHeaders;
+pub use options::{DirectIo, LoadMode, LoadOptions, Route};
+pub use report::{
+    Budget, BufferReport, CopiedTensor, CopyReason, DirectOutcome, HugePages, LoadReport,
+    PlacementKind, ReadReport, ShardReport,
+};
 
 #[cfg(test)]
 mod tests;

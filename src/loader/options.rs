@@ -3,10 +3,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::page_plan::{AdvicePolicy, Prefetch};
 use crate::buffer::{BufferType, CpuBufferType};
-
-use super::read::{DirectIo, ProgressFn};
+use crate::page_plan::{AdvicePolicy, Prefetch, ProgressFn};
 use crate::tensor::TensorInfo;
 
 /// Which load path to take.
@@ -156,7 +154,7 @@ impl fmt::Debug for LoadOptions {
 impl LoadOptions {
     /// How often, in bytes read, the stream path calls the progress callback
     /// ([`LoadOptions::progress`]): every this many bytes, and once at the end.
-    pub const PROGRESS_STEP: u64 = super::read::PROGRESS_STEP;
+    pub const PROGRESS_STEP: u64 = PROGRESS_STEP;
 
     /// Mapped or streamed (default [`LoadMode::Mmap`]).
     pub fn mode(mut self, mode: LoadMode) -> Self {
@@ -302,13 +300,13 @@ impl LoadOptions {
 
     /// Threads for buffered reads: the cores, at most 4, unless set.
     pub(crate) fn threads(&self) -> usize {
-        self.threads_or(super::read::default_threads())
+        self.threads_or(default_threads())
     }
 
-    /// Threads for direct reads: [`super::read::DIRECT_THREADS`] unless
+    /// Threads for direct reads: [`DIRECT_THREADS`] unless
     /// set.
     pub(crate) fn direct_threads(&self) -> usize {
-        self.threads_or(super::read::DIRECT_THREADS)
+        self.threads_or(DIRECT_THREADS)
     }
 
     fn threads_or(&self, default: usize) -> usize {
@@ -328,4 +326,47 @@ impl LoadOptions {
             None => Cow::Borrowed(&self.buffer_type),
         }
     }
+}
+
+/// Bytes between two progress calls.
+pub(crate) const PROGRESS_STEP: u64 = 16 << 20;
+
+/// Whether the stream path reads with `O_DIRECT`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum DirectIo {
+    /// Direct when the file is mostly not in the page cache (less than half
+    /// resident, by a sampled `mincore`), buffered when
+    /// it mostly is: from a warm cache a copy out of the cache beats a read
+    /// from storage, and from a cold one a direct read skips the page-cache
+    /// copy of every byte (the default).
+    #[default]
+    Auto,
+    /// Direct whenever the layout and the filesystem allow.
+    On,
+    /// Always through the page cache.
+    Off,
+}
+
+impl DirectIo {
+    /// `"auto"`, `"on"` or `"off"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DirectIo::Auto => "auto",
+            DirectIo::On => "on",
+            DirectIo::Off => "off",
+        }
+    }
+}
+
+/// The default number of threads for direct reads, whatever the core
+/// count: they wait on the device, and more requests in flight keep it
+/// busier. 4 rather than 2: faster cold loads even on 2 cores, where 8
+/// gain nothing over 4; BENCHMARKS.md, "Stream path from a cold cache:
+/// direct I/O", "Threads".
+pub(crate) const DIRECT_THREADS: usize = 4;
+
+/// The default number of reading threads: the available parallelism,
+/// capped at 4 (more threads than that only queue on one device).
+pub(crate) fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
 }

@@ -2,15 +2,13 @@
 
 use std::time::Duration;
 
-use super::page_plan::Reread;
-use super::prefetch::PrefetchDecision;
 use crate::error::FallbackReason;
 use crate::format::Format;
+use crate::page_plan::{PrefetchDecision, Reread};
 
 use std::path::PathBuf;
 
 use super::options::LoadMode;
-use super::read::ReadReport;
 
 /// Where a tensor's bytes are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -223,4 +221,54 @@ pub struct ShardReport {
     pub mode_used: LoadMode,
     /// Why it was not mapped, when it was asked to be.
     pub fallback: Option<FallbackReason>,
+}
+
+/// What the reads did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DirectOutcome {
+    /// Buffered, as asked ([`DirectIo::Off`]), or nothing to read.
+    Off,
+    /// Read with `O_DIRECT`.
+    Used,
+    /// Buffered: [`DirectIo::Auto`] found the file mostly cached.
+    Skipped {
+        /// Why, e.g. `"87% of the file is in the page cache"`.
+        reason: String,
+    },
+    /// Buffered: direct reads cannot be used for this load (the layout, the
+    /// platform, a buffer that is not page-aligned).
+    NotApplicable {
+        /// Why.
+        reason: String,
+    },
+    /// Buffered: the filesystem refused `O_DIRECT` (tmpfs, some overlayfs).
+    Refused {
+        /// The OS error.
+        error: String,
+    },
+}
+
+impl std::fmt::Display for DirectOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DirectOutcome::Off => write!(f, "buffered"),
+            DirectOutcome::Used => write!(f, "direct (O_DIRECT)"),
+            DirectOutcome::Skipped { reason } => write!(f, "buffered: {reason}"),
+            DirectOutcome::NotApplicable { reason } => write!(f, "buffered: {reason}"),
+            DirectOutcome::Refused { error } => {
+                write!(f, "buffered: the filesystem refused O_DIRECT ({error})")
+            }
+        }
+    }
+}
+
+/// How a load read its copied tensors.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReadReport {
+    /// Reading threads used (by the direct reads, when there were any).
+    pub threads: usize,
+    /// Whether the reads were direct.
+    pub direct: DirectOutcome,
 }

@@ -3,10 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
+use super::copy::read::FAIL_DIRECT;
 use super::mapped::{map_path_on, MapFail, BEFORE_PLACE, FAIL_MAP};
+use super::options::DirectIo;
 use super::options::{LoadMode, LoadOptions};
-use super::read::{DirectIo, DirectOutcome};
-use super::weights::Weights;
+use super::report::DirectOutcome;
+use super::Weights;
 use crate::error::{Error, FallbackReason, Result};
 use crate::gguf::Writer;
 use crate::types::TensorType;
@@ -188,7 +190,6 @@ fn a_path_that_now_names_another_file_is_noticed() {
 
 #[test]
 fn a_filesystem_refusing_direct_io_is_read_buffered_and_reported() {
-    use super::read::FAIL_DIRECT;
     let dir = tempfile::tempdir().unwrap();
     // Over the direct-read minimum.
     let mut w = Writer::new(32);

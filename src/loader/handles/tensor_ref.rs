@@ -6,8 +6,8 @@ use crate::error::{Error, Result};
 use crate::tensor::{view, view_mut, Element, TensorInfo, TensorTable};
 use crate::types::TensorType;
 
-use super::budget::CopyRule;
-use super::report::PlacementKind;
+use crate::loader::budget::CopyRule;
+use crate::loader::report::PlacementKind;
 
 /// A placed tensor, borrowed from loaded [`Weights`](super::Weights): read-only whatever the
 /// mode. To change a weight, take [`TensorRef::to_owned_tensor`].

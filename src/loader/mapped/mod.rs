@@ -5,19 +5,20 @@ use std::fs::{File, Metadata};
 use std::path::Path;
 use std::sync::Arc;
 
-use super::page_plan::{PagePlan, PlanOptions, Reread};
-use super::prefetch::{total_of, Prefetcher, Region};
 use crate::buffer::{address_alignment, place, BufferType, HostRegion};
 use crate::error::{Error, FallbackReason};
 use crate::format::Header;
+use crate::loader::budget;
+use crate::loader::copy::place::{add, copy_group, plan, Group, Placed, ReadCtx};
+use crate::loader::copy::read::{Progress, ReadSrc};
+use crate::loader::loaded::Loaded;
+use crate::loader::options::LoadOptions;
+use crate::loader::report::ReadReport;
+use crate::loader::report::{Budget, CopiedTensor, CopyReason, DirectOutcome, PlacementKind};
+use crate::loader::source::{check_range, open_checked, Source};
 use crate::os::Mapping;
-
-use super::loaded::Loaded;
-use super::options::LoadOptions;
-use super::place::{add, copy_group, plan, Group, Placed, ReadCtx};
-use super::read::{DirectOutcome, Progress, ReadReport, ReadSrc};
-use super::report::{CopiedTensor, CopyReason, PlacementKind};
-use super::source::{check_range, open_checked, Source};
+use crate::page_plan::prefetch::Prefetcher;
+use crate::page_plan::{PagePlan, PlanOptions};
 
 /// Why the mapped path stopped: a cause the stream path may do better on,
 /// or an error it would only repeat.
@@ -110,20 +111,26 @@ unsafe fn map_source(
         hook(path);
     }
     check_unchanged(src, &opened, path)?;
-    let budget = super::budget::current(opts);
-    let ranges = mapped_ranges(&header, &routes.mapped, &[])?;
-    let region = header.tensor_region();
-    let region = (region.0 as usize, region.1 as usize);
+    let (budget, budget_reader) = budget::read_once(opts);
     let asked = PlanOptions {
         advice: opts.advice,
         prefetch: opts.prefetch,
         reread: opts.reread_small_folios,
+        progress: opts.progress.clone(),
     };
-    let bytes = total_of(&ranges);
-    let plan = PagePlan::advise(&map, &header, region, bytes, asked, budget.bytes);
+    let mapped = routes.mapped.iter().flat_map(|g| g.tensors.iter().copied());
+    let plan = PagePlan::advise(&map, &header, mapped, asked, budget.bytes, budget_reader)?;
     lock_if_asked(&map, &budget, opts)?;
     let mut placed = Placed::new(header.tensors().len())?;
-    place_mapped(&map, &header, &routes.mapped, region.0, opts, &mut placed)?;
+    let region_start = header.tensor_region().0 as usize;
+    place_mapped(
+        &map,
+        &header,
+        &routes.mapped,
+        region_start,
+        opts,
+        &mut placed,
+    )?;
     let read = copy_tensors(
         src,
         &opened,
@@ -136,22 +143,8 @@ unsafe fn map_source(
     )?;
     let (buffers, buffer_reports, slots) = placed.finish();
     // Last, once everything is validated and placed: the prefetch of what
-    // stays mapped, in file order, as the plan says.
-    let in_order = mapped_ranges(&header, &routes.mapped, &plan.random_access)?;
-    let prefetch_region = Region {
-        ranges,
-        in_order,
-        huge_pages: plan.huge_pages,
-        reread: plan.reread == Reread::On,
-    };
-    let reader = super::budget::reader(opts);
-    let (prefetcher, prefetch) = Prefetcher::start(
-        &map,
-        prefetch_region,
-        plan.prefetch,
-        reader,
-        opts.progress.clone(),
-    )?;
+    // stays mapped, as the plan says.
+    let (prefetcher, prefetch) = Prefetcher::start(&map, plan.prefetch)?;
     Ok(Loaded {
         budget,
         path: path.to_owned(),
@@ -325,38 +318,16 @@ fn check_unchanged(
 
 /// `mlock` of the whole mapping, when asked: it pins every page, so it
 /// must fit the memory budget.
-fn lock_if_asked(
-    map: &Mapping,
-    budget: &super::report::Budget,
-    opts: &LoadOptions,
-) -> crate::error::Result<()> {
+fn lock_if_asked(map: &Mapping, budget: &Budget, opts: &LoadOptions) -> crate::error::Result<()> {
     if !opts.mlock {
         return Ok(());
     }
-    super::budget::check(map.len() as u64, "mlock of the mapping", budget, opts)?;
+    budget::check(map.len() as u64, "mlock of the mapping", budget, opts)?;
     map.lock().map_err(|source| Error::Mlock {
         len: map.len(),
         limit: crate::os::memlock_limit(),
         source,
     })
-}
-
-/// The file ranges of the `groups`' tensors, but those in `skip` (sorted),
-/// sorted and merged: what a prefetch reads.
-fn mapped_ranges(
-    header: &Header,
-    groups: &[Group],
-    skip: &[usize],
-) -> crate::error::Result<Vec<(usize, usize)>> {
-    let infos = header.tensors();
-    let mut ranges: Vec<(usize, usize)> = Vec::new();
-    for &i in groups.iter().flat_map(|g| &g.tensors) {
-        if skip.binary_search(&i).is_err() {
-            let r = infos.file_range(i);
-            push_range(&mut ranges, (r.start as usize, r.end as usize))?;
-        }
-    }
-    Ok(merge(ranges))
 }
 
 /// One buffer per buffer type over the span of its mapped tensors; each
@@ -409,7 +380,7 @@ fn copy_tensors(
     map: &Mapping,
     header: &Header,
     copies: &[Group],
-    budget: &super::report::Budget,
+    budget: &Budget,
     opts: &LoadOptions,
     placed: &mut Placed,
 ) -> crate::error::Result<Option<ReadReport>> {
@@ -427,7 +398,7 @@ fn copy_tensors(
         }
         plans.push(layout);
     }
-    super::budget::check(host, "the copied tensors", budget, opts)?;
+    budget::check(host, "the copied tensors", budget, opts)?;
     let progress = Progress::new(opts.progress.clone(), total);
     let read_src = match (src, opened) {
         (Source::Range { offset, .. }, Some((file, _))) => ReadSrc::File {
@@ -455,38 +426,6 @@ fn copy_tensors(
         threads: ctx.threads,
         direct: DirectOutcome::Off,
     }))
-}
-
-/// Add `r` to `ranges`, joined to the last one when it follows it within
-/// [`merge`]'s gap (tensors come in file order, so a million of them make a
-/// handful of ranges, not a million).
-fn push_range(ranges: &mut Vec<(usize, usize)>, r: (usize, usize)) -> crate::error::Result<()> {
-    if let Some(last) = ranges.last_mut() {
-        if r.0 >= last.0 && r.0 <= last.1.saturating_add(MERGE_GAP) {
-            last.1 = last.1.max(r.1);
-            return Ok(());
-        }
-    }
-    crate::alloc::push(ranges, r, "the prefetch ranges")
-}
-
-/// Ranges closer than this are read as one.
-const MERGE_GAP: usize = 1 << 20;
-
-/// Sort and merge file ranges; ranges less than 1 MiB apart become one, as
-/// reading a small gap costs less than a second pass.
-fn merge(mut ranges: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
-    const GAP: usize = MERGE_GAP;
-    ranges.retain(|r| r.1 > r.0);
-    ranges.sort_unstable();
-    let mut out: Vec<(usize, usize)> = Vec::with_capacity(ranges.len().min(64));
-    for r in ranges {
-        match out.last_mut() {
-            Some(last) if r.0 <= last.1.saturating_add(GAP) => last.1 = last.1.max(r.1),
-            _ => out.push(r),
-        }
-    }
-    out
 }
 
 /// Whether `file` (opened from `path`, `opened` its metadata then) is still
@@ -519,25 +458,4 @@ fn same_length_and_time(
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn merge_joins_near_ranges_and_drops_empty_ones() {
-        let m = 1 << 20;
-        assert_eq!(
-            merge(vec![
-                (5 * m, 6 * m),
-                (0, 10),
-                (20, 30),
-                (7, 7),
-                (2 * m + 40, 3 * m)
-            ]),
-            vec![(0, 30), (2 * m + 40, 3 * m), (5 * m, 6 * m)]
-        );
-        assert!(merge(vec![(3, 3)]).is_empty());
-    }
 }

@@ -11,9 +11,9 @@ use crate::tensor::Element;
 use crate::tensor::TensorInfo;
 use crate::types::TensorType;
 
-use super::report::PlacementKind;
 use super::tensor_ref::TensorRef;
 use super::weights::Weights;
+use crate::loader::report::PlacementKind;
 
 /// A tensor that holds its [`Weights`] through an `Arc`, so a model struct
 /// can own its tensors (`struct Layer { q: Tensor, .. }`) without borrowing.

@@ -8,45 +8,10 @@ use crate::buffer::{place, Buffer, BufferType, BufferUsage, Placement};
 use crate::error::{Error, Result};
 use crate::tensor::TensorTable;
 
-use super::page_plan::drop_from;
-use super::read::{read_buffered, read_direct, DirectOutcome, Progress, ReadSrc, DIRECT_ALIGN};
-use super::report::{BufferReport, PlacementKind};
-
-/// Where one tensor ended up: a buffer (index into the load's buffers) and
-/// its place there, in 16 bytes (a million-tensor load keeps a million).
-/// Its length is the tensor's size, so it is not stored.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Slot {
-    offset: usize,
-    buffer: u32,
-    /// log2 of the alignment the address was checked against.
-    align_log2: u8,
-    pub kind: PlacementKind,
-}
-
-impl Slot {
-    /// Not yet placed.
-    const EMPTY: Slot = Slot {
-        offset: 0,
-        buffer: u32::MAX,
-        align_log2: 0,
-        kind: PlacementKind::Copied,
-    };
-
-    /// The index of its buffer.
-    pub fn buffer(&self) -> usize {
-        self.buffer as usize
-    }
-
-    /// Its placement, for a tensor of `len` bytes.
-    pub fn placement(&self, len: u64) -> Placement {
-        Placement {
-            offset: self.offset,
-            len: len as usize,
-            alignment: 1 << self.align_log2,
-        }
-    }
-}
+use super::read::{read_buffered, read_direct, Progress, ReadSrc, DIRECT_ALIGN};
+use crate::loader::loaded::Slot;
+use crate::loader::report::{BufferReport, DirectOutcome, PlacementKind};
+use crate::page_plan::plan::drop_from;
 
 /// Tensors bound for one buffer type, in file order. Types are told apart by
 /// identity: one buffer per `Arc`, as ggml makes one buffer per type.
@@ -127,12 +92,7 @@ impl Placed {
         for &i in idx {
             let p = place(i, buffer.as_ref())?;
             bytes += p.len as u64;
-            self.slots[i] = Slot {
-                offset: p.offset,
-                buffer: b,
-                align_log2: p.alignment.trailing_zeros() as u8,
-                kind,
-            };
+            self.slots[i] = Slot::new(b, &p, kind);
         }
         self.reports.push(BufferReport {
             buffer_type: buffer.type_name().to_owned(),
@@ -147,7 +107,7 @@ impl Placed {
 
     /// Every tensor's slot; each was placed (both paths place every tensor).
     pub fn finish(self) -> (Vec<Box<dyn Buffer>>, Vec<BufferReport>, Vec<Slot>) {
-        debug_assert!(self.slots.iter().all(|s| s.buffer != u32::MAX));
+        debug_assert!(self.slots.iter().all(|s| s.buffer() != u32::MAX as usize));
         (self.buffers, self.reports, self.slots)
     }
 }

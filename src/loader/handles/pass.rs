@@ -10,23 +10,14 @@ use std::thread::JoinHandle;
 use crate::error::{Error, Result};
 use crate::os::{AccessAdvice, Mapping};
 
-use super::page_plan::{drop_from, pass_in_huge_pages};
 use super::tensor_ref::TensorRef;
 use super::weights::Weights;
+use crate::page_plan::plan::{drop_from, pass_hold, pass_in_huge_pages, pass_window};
 
 /// The pieces the reader maps a tensor in, queuing reads ahead before each:
 /// a large tensor does not wait for its whole read before the next reads
 /// are queued, and the pass learns of progress piece by piece.
 const PIECE: u64 = 8 << 20;
-/// The window when the budget is unknown.
-const DEFAULT_WINDOW: u64 = 64 << 20;
-/// The window's bounds when it is taken from the budget (half of it; the
-/// pass never holds more than the budget in all): below a few MiB the
-/// device sees requests too small to stream; past 64 MiB, read in huge
-/// pages, the pass was slower, not faster (BENCHMARKS.md).
-const MIN_WINDOW: u64 = 4 << 20;
-const MAX_WINDOW: u64 = 64 << 20;
-
 /// A pass over loaded weights ([`Weights::pass`]): an iterator of
 /// [`TensorRef`]s in file order (shard by shard).
 ///
@@ -98,16 +89,13 @@ impl Weights {
         // File order within each file; files in shard order.
         order.sort_by_cached_key(|&i| self.file_position(i));
         let budget = self.report().budget.bytes;
-        let window = budget.map_or(DEFAULT_WINDOW, |b| (b / 2).clamp(MIN_WINDOW, MAX_WINDOW));
         Pass {
             weights: self,
             order,
             next: 0,
             left: 0,
-            window,
-            // A sixteenth of the budget is left for what the caller
-            // allocates as it goes.
-            hold: budget.map_or(u64::MAX, |b| b - b / 16),
+            window: pass_window(budget),
+            hold: pass_hold(budget),
             keep_pages: false,
             reader: None,
             behind: None,

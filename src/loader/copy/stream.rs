@@ -3,17 +3,17 @@
 
 use std::fs::File;
 
-use super::page_plan::{Reread, RereadRefusal};
-use super::prefetch::PrefetchDecision;
 use crate::error::Result;
 use crate::format::{read_header, read_header_at};
+use crate::page_plan::{PrefetchDecision, Reread, RereadRefusal};
 
-use super::loaded::Loaded;
-use super::options::LoadOptions;
 use super::place::{add, copy_group, plan, Group, Placed, ReadCtx};
-use super::read::{DirectIo, DirectOutcome, Progress, ReadReport, ReadSrc};
-use super::report::PlacementKind;
-use super::source::{check_range, open_checked, Source};
+use super::read::{Progress, ReadSrc};
+use crate::loader::loaded::Loaded;
+use crate::loader::options::DirectIo;
+use crate::loader::options::LoadOptions;
+use crate::loader::report::{DirectOutcome, PlacementKind, ReadReport};
+use crate::loader::source::{check_range, open_checked, Source};
 
 /// Whether this load may read directly, or why not.
 fn direct_wanted(file: &File, opts: &LoadOptions) -> std::result::Result<(), DirectOutcome> {
@@ -137,8 +137,8 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
     }
     // Before any buffer is allocated: the copies held in host memory must
     // fit the budget, or the load is refused rather than OOM-killed.
-    let budget = super::budget::current(opts);
-    super::budget::check(host, "the stream path's copy of the tensors", &budget, opts)?;
+    let budget = crate::loader::budget::current(opts);
+    crate::loader::budget::check(host, "the stream path's copy of the tensors", &budget, opts)?;
     let progress = Progress::new(opts.progress.clone(), total);
     let threads = opts.threads();
     let read_src = match (&file, src) {

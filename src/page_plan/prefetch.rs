@@ -1,169 +1,18 @@
-//! Getting mapped weights ready to compute on: the prefetch options, and
-//! the prefetcher that carries out what the load's
-//! [`PagePlan`](super::page_plan::PagePlan) decided.
-//!
-//! A mapped load reads nothing but the header; every tensor page is read on
-//! its first touch. From a cold page cache, what that first pass costs is
-//! decided by the access advice on the pages: under `MADV_RANDOM` every first
-//! touch is one synchronous 4 KiB read (one per page of the region), under
-//! `MADV_NORMAL` the kernel reads ahead around each fault, and the same pass
-//! takes a small fraction of the time (BENCHMARKS.md, "Ready time: access
-//! advice on the first pass"). So weightmap's defaults are:
-//!
-//! - [`AdvicePolicy::PerTensor`]: `MADV_NORMAL` over the tensor region, and
-//!   `MADV_RANDOM` only on the whole pages of tables read by row (an untied
-//!   token embedding, per-layer token embeddings; see
-//!   [`is_row_lookup`](super::page_plan::is_row_lookup)),
-//!   where read-ahead would pull in rows no lookup needs.
-//! - [`Prefetch::Background`]: once the file has been validated, a thread
-//!   reads the tensor region in file order, a few chunks ahead of where it
-//!   maps pages, while `load` returns at once. It reads only when the region
-//!   fits in the stated share of the memory the kernel says is available, it
-//!   re-checks as it goes, and it stops when the weights drop.
-//!
-//! When the region does not fit in that share of the memory budget (a
-//! memory cgroup smaller than the model), reading it all ahead would only
-//! evict what was read before the first pass gets there. The region is then
-//! advised `MADV_HUGEPAGE` ([`PrefetchDecision::HugePages`]): the pass's own
-//! faults read ahead in 2 MiB folios, which the cgroup reclaims whole. Where
-//! the kernel refuses that, or the caller chose the advice for the whole
-//! region, the prefetch follows the pass ([`PrefetchDecision::Windowed`]): it queues
-//! reads (`MADV_WILLNEED`) at most a window ahead of the first page the pass
-//! has not yet mapped (told by `/proc/self/pagemap`), the window being half
-//! the prefetch's share of the budget, and drops the pages more than a
-//! window behind it, so the pass finds its pages read, the page cache holds
-//! about a window on either side of it, and the cgroup never has to reclaim
-//! mapped pages one by one.
-//!
-//! llama.cpp, by default, reads the whole file before its load returns
-//! (`MAP_POPULATE` plus `MADV_WILLNEED`, whatever memory is free; its
-//! llama-mmap.cpp), and uses `MADV_RANDOM` only with `--numa` and on tensors
-//! over 4 GiB read by row. weightmap keeps the load itself at header cost and
-//! does not prefetch what does not fit.
+//! The prefetcher: carries out what a mapped load's
+//! [`PagePlan`](super::PagePlan) decided ([`PrefetchTask`]), in a thread
+//! that is stopped and joined when the weights drop, and decides nothing
+//! of its own.
 
-use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-use super::page_plan::{drop_from, fits, mib, PrefetchPlan, SkipReason};
 #[cfg(doc)]
-use super::page_plan::{AdvicePolicy, Prefetch};
-use super::read::ProgressFn;
+use super::choices::{AdvicePolicy, Prefetch};
+use super::choices::{PrefetchDecision, ProgressFn, SkipReason};
+use super::plan::{drop_from, fits, follow_step, total_of, worth_rereading};
+use super::plan::{MemReader, PrefetchTask};
 use crate::os::{Mapping, PageMap};
-
-/// What the prefetch policy did at load time.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum PrefetchDecision {
-    /// [`Prefetch::None`].
-    Off,
-    /// The stream path ran: the bytes are already in owned memory.
-    NotMapped,
-    /// `MADV_WILLNEED` was issued over the region ([`Prefetch::WillNeed`]).
-    WillNeed {
-        /// Bytes of the region.
-        bytes: u64,
-    },
-    /// The region was read and mapped before the load returned
-    /// ([`Prefetch::Populate`]).
-    Populated {
-        /// Bytes of the region.
-        bytes: u64,
-    },
-    /// A background thread is reading the region in file order; see
-    /// `Weights::prefetch_progress`.
-    Background {
-        /// Bytes of the region.
-        bytes: u64,
-        /// The memory budget when it started.
-        budget: u64,
-        /// The limit it was held to, in percent of `budget`.
-        max_percent: u8,
-    },
-    /// The region does not fit in the budget's share: a background thread
-    /// reads ahead of the first pass, at most `window` bytes ahead of the
-    /// first page the pass has not mapped yet.
-    Windowed {
-        /// Bytes of the region.
-        bytes: u64,
-        /// The memory budget when it started.
-        budget: u64,
-        /// How far ahead of the pass reads are queued.
-        window: u64,
-    },
-    /// The region does not fit in the budget's share, and the kernel reads
-    /// it in huge-page folios (`MADV_HUGEPAGE`): no thread, the first
-    /// pass's own faults read ahead in 2 MiB folios, which the memory
-    /// cgroup reclaims whole.
-    HugePages {
-        /// Bytes of the region.
-        bytes: u64,
-        /// The memory budget when the load decided.
-        budget: u64,
-    },
-    /// [`Prefetch::Background`] was asked for and did not start.
-    Skipped(SkipReason),
-}
-
-impl PrefetchDecision {
-    /// A short, stable name: `"off"`, `"not_mapped"`, `"willneed"`,
-    /// `"populated"`, `"background"`, `"windowed"`, `"huge_pages"`,
-    /// `"skipped"`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            PrefetchDecision::Off => "off",
-            PrefetchDecision::NotMapped => "not_mapped",
-            PrefetchDecision::WillNeed { .. } => "willneed",
-            PrefetchDecision::Populated { .. } => "populated",
-            PrefetchDecision::Background { .. } => "background",
-            PrefetchDecision::Windowed { .. } => "windowed",
-            PrefetchDecision::HugePages { .. } => "huge_pages",
-            PrefetchDecision::Skipped(_) => "skipped",
-        }
-    }
-}
-
-impl fmt::Display for PrefetchDecision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PrefetchDecision::Off => write!(f, "off"),
-            PrefetchDecision::NotMapped => write!(f, "not mapped (stream path)"),
-            PrefetchDecision::WillNeed { bytes } => write!(f, "willneed over {}", mib(*bytes)),
-            PrefetchDecision::Populated { bytes } => {
-                write!(f, "populated {} before returning", mib(*bytes))
-            }
-            PrefetchDecision::Background {
-                bytes,
-                budget,
-                max_percent,
-            } => write!(
-                f,
-                "background: reading {} in file order (memory budget {}, limit {max_percent}%)",
-                mib(*bytes),
-                mib(*budget)
-            ),
-            PrefetchDecision::Windowed {
-                bytes,
-                budget,
-                window,
-            } => write!(
-                f,
-                "windowed: reading {} at most {} ahead of the first pass (memory budget {})",
-                mib(*bytes),
-                mib(*window),
-                mib(*budget)
-            ),
-            PrefetchDecision::HugePages { bytes, budget } => write!(
-                f,
-                "huge pages: {} read by the first pass in 2 MiB folios (memory budget {})",
-                mib(*bytes),
-                mib(*budget)
-            ),
-            PrefetchDecision::Skipped(r) => write!(f, "skipped: {r}"),
-        }
-    }
-}
 
 /// Where a prefetch stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -211,10 +60,6 @@ const CHUNK: usize = 8 << 20;
 const AHEAD: usize = 4 * CHUNK;
 /// How often, in bytes, the memory check is repeated.
 const RECHECK: usize = 64 << 20;
-
-/// Reads the memory the process may still use, in bytes (the load's
-/// budget, re-read as the prefetch runs).
-pub(crate) type MemReader = Arc<dyn Fn() -> Option<u64> + Send + Sync>;
 
 #[derive(Debug)]
 struct Shared {
@@ -312,9 +157,6 @@ fn read_in_order(
     FINISHED
 }
 
-/// How much a windowed read-ahead queues at a time, and the step at which
-/// it looks for the first pass's front.
-const STEP: usize = 2 << 20;
 /// How long a windowed read-ahead waits for the pass to move on.
 const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(1);
 
@@ -346,6 +188,7 @@ fn read_ahead_of_pass(
     // mostly leaves unmapped, does not hold it back.
     let (mut front, mut r) = (follow.first().map_or(0, |r| r.0), 0);
     let mut behind = DropCursor::new(ranges);
+    let step = follow_step();
     for &(start, end) in ranges {
         let mut pos = start;
         while pos < end {
@@ -362,7 +205,7 @@ fn read_ahead_of_pass(
                         continue;
                     }
                     match pages.present(base + front) {
-                        Ok(true) => front = (front + STEP).min(re),
+                        Ok(true) => front = (front + step).min(re),
                         Ok(false) => break,
                         Err(_) => return STOPPED_ERROR,
                     }
@@ -385,7 +228,7 @@ fn read_ahead_of_pass(
                 shared.done.store(done, Ordering::Relaxed);
                 continue;
             }
-            let n = STEP.min(end - pos);
+            let n = step.min(end - pos);
             map.will_need(pos, pos + n);
             pos += n;
             done += n as u64;
@@ -438,15 +281,10 @@ impl DropCursor {
     }
 }
 
-/// The bytes in `ranges` (offsets into one mapping).
-pub(super) fn total_of(ranges: &[(usize, usize)]) -> u64 {
-    ranges.iter().map(|r| (r.1 - r.0) as u64).sum()
-}
-
 /// Drop and read again, in huge-page folios, each of `ranges` (advised
-/// `MADV_HUGEPAGE`, read and mapped) of which this process maps at least a
-/// quarter of what could be huge (and at least one huge page) in small
-/// folios: the page cache held it so before the load (another process
+/// `MADV_HUGEPAGE`, read and mapped) of which this process maps enough in
+/// small folios to be [worth it](worth_rereading): the page cache held it
+/// so before the load (another process
 /// filled it), which a fault under the advice does not change. Returns the
 /// bytes re-read; stops early when `stop` says so. What another process
 /// still maps cannot be dropped, and stays as it is.
@@ -460,9 +298,7 @@ fn reread_small_folios(map: &Mapping, ranges: &[(usize, usize)], stop: impl Fn()
             .resident
             .min(capacity as u64)
             .saturating_sub(sizes.huge);
-        // The ragged ends of a range and a neighbour's page are not worth
-        // a read.
-        if small < (capacity as u64 / 4).max(crate::os::huge_page() as u64) {
+        if !worth_rereading(small, capacity as u64) {
             continue;
         }
         if map.release(start, end).is_err() {
@@ -484,45 +320,22 @@ fn reread_small_folios(map: &Mapping, ranges: &[(usize, usize)], stop: impl Fn()
     reread
 }
 
-/// Read `ranges` in order (within `mem`'s budget, if given) and then, if
-/// the region asks for it and all was read, re-read its small folios;
-/// returns the final state, the re-read bytes in `shared`.
+/// Read the task's ranges in order (within `mem`'s budget, if given) and
+/// then, if the task asks for it and all was read, re-read its small
+/// folios; returns the final state, the re-read bytes in `shared`.
 fn read_region(
     map: &Mapping,
-    region: &Region,
+    task: &PrefetchTask,
     shared: &Shared,
     mem: Option<(MemReader, u8)>,
-    progress: Option<&ProgressFn>,
 ) -> u8 {
-    let state = read_in_order(
-        map,
-        &region.ranges,
-        region.huge_pages,
-        shared,
-        mem,
-        progress,
-    );
-    if state == FINISHED && region.reread {
-        let n = reread_small_folios(map, &region.ranges, || shared.stop.load(Ordering::Relaxed));
+    let progress = task.progress.as_ref();
+    let state = read_in_order(map, &task.ranges, task.huge_pages, shared, mem, progress);
+    if state == FINISHED && task.reread {
+        let n = reread_small_folios(map, &task.ranges, || shared.stop.load(Ordering::Relaxed));
         shared.reread.store(n, Ordering::Relaxed);
     }
     state
-}
-
-/// The mapped tensor region a prefetch reads.
-#[derive(Debug)]
-pub(crate) struct Region {
-    /// Sorted, disjoint ranges of the mapping.
-    pub(crate) ranges: Vec<(usize, usize)>,
-    /// The same without the tables read by row: what a first pass goes
-    /// through in order.
-    pub(crate) in_order: Vec<(usize, usize)>,
-    /// Whether the region is advised `MADV_HUGEPAGE`: it is then read in
-    /// PMD-size folios, by the prefetch as by the first pass's own faults.
-    pub(crate) huge_pages: bool,
-    /// Re-read what the page cache held in small folios, once read
-    /// ([`crate::LoadOptions::reread_small_folios`]).
-    pub(crate) reread: bool,
 }
 
 /// A prefetch of a mapping's tensor region: a thread, stopped and joined
@@ -535,28 +348,24 @@ pub(crate) struct Prefetcher {
 }
 
 impl Prefetcher {
-    /// Carry out `plan` over `region` of `map`: a background thread re-reads
-    /// the budget with `mem` as it goes; a populate runs here, and
-    /// `Err(Cancelled)` says `progress` cancelled it.
+    /// Carry out `task` over `map`, and say what was done: a background
+    /// thread re-reads the budget as it goes; a populate runs here, and
+    /// `Err(Cancelled)` says the progress callback cancelled it.
     pub(crate) fn start(
         map: &Arc<Mapping>,
-        region: Region,
-        plan: PrefetchPlan,
-        mem: MemReader,
-        progress: Option<ProgressFn>,
+        task: PrefetchTask,
     ) -> crate::error::Result<(Option<Prefetcher>, PrefetchDecision)> {
-        let bytes = total_of(&region.ranges);
-        Ok(match plan {
-            PrefetchPlan::Off => (None, PrefetchDecision::Off),
-            PrefetchPlan::WillNeed => {
-                for &(s, e) in &region.ranges {
+        let bytes = total_of(&task.ranges);
+        Ok(match task.decision.clone() {
+            PrefetchDecision::WillNeed { .. } => {
+                for &(s, e) in &task.ranges {
                     map.will_need(s, e);
                 }
-                (None, PrefetchDecision::WillNeed { bytes })
+                (None, task.decision)
             }
-            PrefetchPlan::Populate => {
+            PrefetchDecision::Populated { .. } => {
                 let shared = Arc::new(Shared::new(bytes));
-                let state = read_region(map, &region, &shared, None, progress.as_ref());
+                let state = read_region(map, &task, &shared, None);
                 if state == STOPPED_CANCEL {
                     return Err(crate::error::Error::Cancelled);
                 }
@@ -565,30 +374,21 @@ impl Prefetcher {
                     shared,
                     handle: None,
                 };
-                (Some(done), PrefetchDecision::Populated { bytes })
+                (Some(done), task.decision)
             }
-            PrefetchPlan::Background {
-                budget,
-                max_percent,
-            } => {
+            PrefetchDecision::Background { max_percent, .. } => {
                 let shared = Arc::new(Shared::new(bytes));
                 let m = Arc::clone(map);
-                let decision = PrefetchDecision::Background {
-                    bytes,
-                    budget,
-                    max_percent,
-                };
+                let decision = task.decision.clone();
+                let mem = Arc::clone(&task.budget);
                 Prefetcher::spawn(shared, decision, move |s| {
-                    read_region(&m, &region, s, Some((mem, max_percent)), progress.as_ref())
+                    read_region(&m, &task, s, Some((mem, max_percent)))
                 })
             }
-            PrefetchPlan::Windowed { budget, window } => {
-                Prefetcher::start_windowed(map, region, budget, window)
+            PrefetchDecision::Windowed { window, .. } => {
+                Prefetcher::start_windowed(map, task, window)
             }
-            PrefetchPlan::HugePages { budget } => {
-                (None, PrefetchDecision::HugePages { bytes, budget })
-            }
-            PrefetchPlan::Skipped(r) => (None, PrefetchDecision::Skipped(r)),
+            decision => (None, decision),
         })
     }
 
@@ -624,16 +424,14 @@ impl Prefetcher {
         }
     }
 
-    /// A read-ahead of `region` that follows the first pass through its
-    /// ranges read in order ([`read_ahead_of_pass`]), `window` bytes ahead
-    /// of it.
+    /// A read-ahead of the task's ranges that follows the first pass
+    /// through its ranges read in order ([`read_ahead_of_pass`]), `window`
+    /// bytes ahead of it.
     fn start_windowed(
         map: &Arc<Mapping>,
-        region: Region,
-        budget: u64,
+        task: PrefetchTask,
         window: u64,
     ) -> (Option<Prefetcher>, PrefetchDecision) {
-        let bytes = total_of(&region.ranges);
         let pages = match PageMap::open() {
             Ok(p) => p,
             Err(e) => {
@@ -645,17 +443,13 @@ impl Prefetcher {
                 )
             }
         };
-        let shared = Arc::new(Shared::new(bytes));
+        let shared = Arc::new(Shared::new(total_of(&task.ranges)));
         shared.follows_pass.store(true, Ordering::Relaxed);
         let m = Arc::clone(map);
         let w = usize::try_from(window).unwrap_or(usize::MAX);
-        let decision = PrefetchDecision::Windowed {
-            bytes,
-            budget,
-            window,
-        };
+        let decision = task.decision.clone();
         Prefetcher::spawn(shared, decision, move |s| {
-            read_ahead_of_pass(&m, &region.ranges, &region.in_order, s, w, &pages)
+            read_ahead_of_pass(&m, &task.ranges, &task.in_order, s, w, &pages)
         })
     }
 
@@ -715,7 +509,8 @@ impl Drop for Prefetcher {
 
 #[cfg(test)]
 mod tests {
-    use super::super::page_plan::{plan_prefetch, Prefetch};
+    use super::super::plan::plan_prefetch;
+    use super::super::Prefetch;
     use super::*;
     use std::io::Write;
 
@@ -728,13 +523,17 @@ mod tests {
         (f, Arc::new(map))
     }
 
-    /// All of `map`, read in base pages, not re-read.
-    fn whole(map: &Mapping) -> Region {
-        Region {
+    /// All of `map`, read in base pages, not re-read, as `decision` says,
+    /// against a budget that `budget` reads.
+    fn whole(map: &Mapping, decision: PrefetchDecision, budget: MemReader) -> PrefetchTask {
+        PrefetchTask {
+            decision,
             ranges: vec![(0, map.len())],
             in_order: vec![(0, map.len())],
             huge_pages: false,
             reread: false,
+            budget,
+            progress: None,
         }
     }
 
@@ -746,8 +545,8 @@ mod tests {
         budget: Option<u64>,
     ) -> (Option<Prefetcher>, PrefetchDecision) {
         let asked = Prefetch::Background { max_percent };
-        let plan = plan_prefetch(asked, map.len() as u64, budget, false);
-        Prefetcher::start(map, whole(map), plan, Arc::new(move || budget), None).unwrap()
+        let decision = plan_prefetch(asked, map.len() as u64, budget, false);
+        Prefetcher::start(map, whole(map, decision, Arc::new(move || budget))).unwrap()
     }
 
     #[test]
@@ -806,7 +605,13 @@ mod tests {
         }
         // The pass has mapped 5 of the 6 chunks before the thread starts.
         map.populate_read(0, 5 * CHUNK).unwrap();
-        let (p, d) = Prefetcher::start_windowed(&map, whole(&map), 4 * CHUNK as u64, CHUNK as u64);
+        let decision = PrefetchDecision::Windowed {
+            bytes: map.len() as u64,
+            budget: 4 * CHUNK as u64,
+            window: CHUNK as u64,
+        };
+        let task = whole(&map, decision, Arc::new(|| None));
+        let (p, d) = Prefetcher::start_windowed(&map, task, CHUNK as u64);
         assert_eq!(d.name(), "windowed");
         // It drops up to a window behind the pass's front...
         let far_behind = |m: &Mapping| m.residency(0, 3 * CHUNK).unwrap().fraction();
@@ -833,8 +638,9 @@ mod tests {
         }
         let (_f, map) = mapped_file(RECHECK + 2 * CHUNK);
         let len = map.len();
-        let plan = plan_prefetch(Prefetch::DEFAULT, len as u64, shrinking(), false);
-        let (p, _) = Prefetcher::start(&map, whole(&map), plan, Arc::new(shrinking), None).unwrap();
+        let decision = plan_prefetch(Prefetch::DEFAULT, len as u64, shrinking(), false);
+        let task = whole(&map, decision, Arc::new(shrinking));
+        let (p, _) = Prefetcher::start(&map, task).unwrap();
         let done = p.unwrap().wait();
         assert_eq!(done.state, PrefetchState::StoppedForMemory);
         assert!(done.bytes_done >= RECHECK as u64 && done.bytes_done < len as u64);

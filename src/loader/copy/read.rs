@@ -3,99 +3,13 @@
 
 use std::fs::File;
 use std::io;
-use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use crate::error::{Error, Result};
-
-/// A progress callback: `(bytes_done, bytes_total)`; return
-/// `ControlFlow::Break(())` to cancel the load. It is called from the
-/// reading threads (one call at a time), at most once per
-/// [`LoadOptions::PROGRESS_STEP`](crate::LoadOptions::PROGRESS_STEP) bytes
-/// and once at the end.
-pub type ProgressFn = Arc<dyn Fn(u64, u64) -> ControlFlow<()> + Send + Sync>;
-
-/// Bytes between two progress calls.
-pub(crate) const PROGRESS_STEP: u64 = 16 << 20;
-
-/// Whether the stream path reads with `O_DIRECT`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum DirectIo {
-    /// Direct when the file is mostly not in the page cache (less than half
-    /// resident, by a sampled `mincore`), buffered when
-    /// it mostly is: from a warm cache a copy out of the cache beats a read
-    /// from storage, and from a cold one a direct read skips the page-cache
-    /// copy of every byte (the default).
-    #[default]
-    Auto,
-    /// Direct whenever the layout and the filesystem allow.
-    On,
-    /// Always through the page cache.
-    Off,
-}
-
-impl DirectIo {
-    /// `"auto"`, `"on"` or `"off"`.
-    pub fn name(self) -> &'static str {
-        match self {
-            DirectIo::Auto => "auto",
-            DirectIo::On => "on",
-            DirectIo::Off => "off",
-        }
-    }
-}
-
-/// What the reads did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum DirectOutcome {
-    /// Buffered, as asked ([`DirectIo::Off`]), or nothing to read.
-    Off,
-    /// Read with `O_DIRECT`.
-    Used,
-    /// Buffered: [`DirectIo::Auto`] found the file mostly cached.
-    Skipped {
-        /// Why, e.g. `"87% of the file is in the page cache"`.
-        reason: String,
-    },
-    /// Buffered: direct reads cannot be used for this load (the layout, the
-    /// platform, a buffer that is not page-aligned).
-    NotApplicable {
-        /// Why.
-        reason: String,
-    },
-    /// Buffered: the filesystem refused `O_DIRECT` (tmpfs, some overlayfs).
-    Refused {
-        /// The OS error.
-        error: String,
-    },
-}
-
-impl std::fmt::Display for DirectOutcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DirectOutcome::Off => write!(f, "buffered"),
-            DirectOutcome::Used => write!(f, "direct (O_DIRECT)"),
-            DirectOutcome::Skipped { reason } => write!(f, "buffered: {reason}"),
-            DirectOutcome::NotApplicable { reason } => write!(f, "buffered: {reason}"),
-            DirectOutcome::Refused { error } => {
-                write!(f, "buffered: the filesystem refused O_DIRECT ({error})")
-            }
-        }
-    }
-}
-
-/// How a load read its copied tensors.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ReadReport {
-    /// Reading threads used (by the direct reads, when there were any).
-    pub threads: usize,
-    /// Whether the reads were direct.
-    pub direct: DirectOutcome,
-}
+use crate::loader::options::PROGRESS_STEP;
+use crate::page_plan::ProgressFn;
 
 /// Progress shared by the reading threads of one load.
 pub(crate) struct Progress {
@@ -403,23 +317,12 @@ pub(crate) fn read_direct(
     .map(Ok)
 }
 
-/// The default number of threads for direct reads, whatever the core
-/// count: they wait on the device, and more requests in flight keep it
-/// busier. 4 rather than 2: faster cold loads even on 2 cores, where 8
-/// gain nothing over 4; BENCHMARKS.md, "Stream path from a cold cache:
-/// direct I/O", "Threads".
-pub(crate) const DIRECT_THREADS: usize = 4;
-
-/// The default number of reading threads: the available parallelism,
-/// capped at 4 (more threads than that only queue on one device).
-pub(crate) fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ops::ControlFlow;
     use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
 
     #[test]
     fn the_queue_runs_every_item_once_and_stops_at_a_failure() {

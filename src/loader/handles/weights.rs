@@ -4,23 +4,25 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::prefetch::{PrefetchProgress, Prefetcher};
 use crate::buffer::{Buffer, CpuBufferType, Placement};
 use crate::error::{Error, FallbackReason, Result};
 use crate::format::{Format, Header};
 use crate::gguf::Metadata;
 use crate::os::{AccessAdvice, Mapping, Residency};
+use crate::page_plan::plan::shard_prefetch;
+use crate::page_plan::prefetch::Prefetcher;
+use crate::page_plan::{PrefetchProgress, PrefetchState};
 use crate::tensor::TensorInfo;
 
-use super::budget::CopyRule;
-use super::loaded::Loaded;
-use super::mapped::{map_any, MapFail};
-use super::options::{LoadMode, LoadOptions};
-use super::report::{HugePages, LoadReport, PlacementKind, ShardReport};
-use super::shards;
-use super::source::Source;
-use super::stream::stream_source;
 use super::tensor_ref::TensorRef;
+use crate::loader::budget::CopyRule;
+use crate::loader::copy::stream::stream_source;
+use crate::loader::loaded::Loaded;
+use crate::loader::mapped::{map_any, MapFail};
+use crate::loader::options::{LoadMode, LoadOptions};
+use crate::loader::report::{HugePages, LoadReport, PlacementKind, ShardReport};
+use crate::loader::shards;
+use crate::loader::source::Source;
 
 /// A file mapped read-only with its tensors placed over it: the RAII owner
 /// of the mapped path. Tensors that could not be viewed in place (misaligned,
@@ -52,7 +54,7 @@ impl MappedWeights {
     /// used; the file's own error (missing, empty, invalid, ...); [`Error::Mlock`].
     pub unsafe fn open(path: impl AsRef<Path>, options: &LoadOptions) -> Result<MappedWeights> {
         // SAFETY: forwarded to the caller.
-        match unsafe { super::mapped::map_path(path.as_ref(), options) } {
+        match unsafe { crate::loader::mapped::map_path(path.as_ref(), options) } {
             Ok(inner) => Ok(MappedWeights { inner }),
             Err(MapFail::Fallback(reason)) => Err(Error::MmapFailed { reason }),
             Err(MapFail::Error(e)) => Err(e),
@@ -269,19 +271,8 @@ impl Weights {
             // Each shard's prefetch gets its share of the memory limit, so
             // that together they hold to it.
             let mut opts = options.clone();
-            if let super::page_plan::Prefetch::Background { max_percent } = opts.prefetch {
-                let (s, e) = h.header.tensor_region();
-                let share = if total == 0 {
-                    1.0
-                } else {
-                    (e - s) as f64 / total as f64
-                };
-                opts.prefetch = super::page_plan::Prefetch::Background {
-                    max_percent: ((f64::from(max_percent) * share).floor() as u8)
-                        .max(1)
-                        .min(max_percent),
-                };
-            }
+            let (s, e) = h.header.tensor_region();
+            opts.prefetch = shard_prefetch(options.prefetch, e - s, total);
             // SAFETY: forwarded to the caller.
             let (part, fallback) = unsafe { load_one(&h.path, &opts)? };
             parts.push(part);
@@ -780,11 +771,9 @@ fn combine_progress(it: impl Iterator<Item = PrefetchProgress>) -> Option<Prefet
                 bytes_total: o.bytes_total + p.bytes_total,
                 bytes_reread: o.bytes_reread + p.bytes_reread,
                 // Running while any runs; otherwise the first that did not finish.
-                state: if o.state == super::prefetch::PrefetchState::Running
-                    || p.state == super::prefetch::PrefetchState::Running
-                {
-                    super::prefetch::PrefetchState::Running
-                } else if o.state != super::prefetch::PrefetchState::Finished {
+                state: if o.state == PrefetchState::Running || p.state == PrefetchState::Running {
+                    PrefetchState::Running
+                } else if o.state != PrefetchState::Finished {
                     o.state
                 } else {
                     p.state

@@ -1,0 +1,15 @@
+//! What a caller holds: [`Weights`] (what a load returns, over one file or
+//! several), the tensors it hands out ([`TensorRef`] borrowed, [`Tensor`]
+//! shared and `'static`, [`OwnedTensor`] a writable copy), [`Scope`]
+//! (lookups under a name prefix) and [`Pass`] (every tensor once, in file
+//! order, within the memory budget).
+
+mod handle;
+mod pass;
+mod tensor_ref;
+mod weights;
+
+pub use handle::{Scope, Tensor};
+pub use pass::Pass;
+pub use tensor_ref::{OwnedTensor, TensorRef};
+pub use weights::{BorrowedWeights, MappedWeights, Weights};
