@@ -14,8 +14,8 @@ use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use weightmap::cache::{
-    Cache, CacheBypass, CacheOutcome, EntryContents, Lookup, PlannedTensor, Prepared, Transform,
-    TransformId, Written,
+    Cache, CacheBypass, CacheOutcome, EntryContents, Lookup, Miss, PlannedTensor, Prepared,
+    Transform, TransformId, Written,
 };
 use weightmap::{gguf::Writer, Error, LoadMode, LoadOptions, TensorType, Weights};
 
@@ -535,8 +535,16 @@ fn lookup_then_store_keeps_metadata_and_makes_contents_only_on_a_miss() {
     assert_eq!(made, 1);
 }
 
+/// `contents` written as `miss`'s entry and committed at once.
+fn write(miss: &Miss, contents: &mut dyn EntryContents) -> Written {
+    match miss.prepare(contents).unwrap() {
+        Prepared::Entry(pending) => pending.commit(),
+        Prepared::Bypassed(why) => Written::Bypassed(why),
+    }
+}
+
 #[test]
-fn write_says_where_the_entry_is_or_why_there_is_none() {
+fn a_commit_says_where_the_entry_is_or_why_there_is_none() {
     let (dir, model, cache) = setup();
     let id = TransformId::new("state-dict", 1);
     let opts = LoadOptions::default();
@@ -546,7 +554,7 @@ fn write_says_where_the_entry_is_or_why_there_is_none() {
         panic!("an empty cache hit");
     };
     let mut contents = StateDict { calls: 0 };
-    let Written::Entry(path) = miss.write(&mut contents).unwrap() else {
+    let Written::Entry(path) = write(&miss, &mut contents) else {
         panic!("not written");
     };
     assert_eq!(contents.calls, 1);
@@ -565,8 +573,8 @@ fn write_says_where_the_entry_is_or_why_there_is_none() {
         panic!("hit");
     };
     assert!(matches!(
-        miss.write(&mut contents).unwrap(),
-        Written::Bypassed(_)
+        miss.prepare(&mut contents).unwrap(),
+        Prepared::Bypassed(_)
     ));
 }
 
@@ -611,7 +619,7 @@ fn contents_that_hold_their_bytes_are_written_without_fill() {
     let Lookup::Miss(miss) = lookup else {
         panic!("hit");
     };
-    let written = miss.write(&mut Held { data: data.clone() }).unwrap();
+    let written = write(&miss, &mut Held { data: data.clone() });
     assert!(matches!(written, Written::Entry(_)), "{written:?}");
     // SAFETY: as above.
     let again = unsafe { cache.lookup(&model, &id, &opts) }.unwrap();
@@ -717,7 +725,7 @@ fn child_fill() {
         // SAFETY: nothing changes the files.
         let lookup = unsafe { Cache::at(cache_dir).lookup(&model, &id, &LoadOptions::default()) };
         if let Lookup::Miss(miss) = lookup.unwrap() {
-            let written = miss.write(&mut Held { data: held_data() }).unwrap();
+            let written = write(&miss, &mut Held { data: held_data() });
             println!("child outcome: {written:?}");
         }
         return;

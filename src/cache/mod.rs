@@ -197,13 +197,6 @@ impl Cache {
         self.dir.as_deref().ok()
     }
 
-    /// The size limit in bytes ([`Cache::DEFAULT_MAX_SIZE`] where
-    /// `$WEIGHTMAP_CACHE_MAX_SIZE` is not a byte count: [`Cache::limit`]
-    /// says so).
-    pub fn size_limit(&self) -> u64 {
-        self.limit().unwrap_or(Cache::DEFAULT_MAX_SIZE)
-    }
-
     /// The size limit, or why there is none
     /// ([`CacheBypass::InvalidMaxSize`]).
     ///
@@ -259,9 +252,10 @@ impl Cache {
     /// one: the first half of [`Cache::load`], for an entry that is not one
     /// output per source tensor (a whole converted state dict with its
     /// configuration as metadata, say). On a [`Lookup::Miss`], make its
-    /// [`EntryContents`] and hand them to [`Miss::store`] (or
-    /// [`Miss::write`], to keep them in memory when the cache cannot take
-    /// them).
+    /// [`EntryContents`] and hand them to [`Miss::store`], which writes
+    /// and loads the entry; or, to map the entry's bytes at once and keep
+    /// them in memory yourself when the cache cannot take them, to
+    /// [`Miss::prepare`], then [`PendingEntry::commit`].
     ///
     /// ```
     /// use weightmap::cache::{Cache, EntryContents, Lookup, PlannedTensor, TransformId};
@@ -337,15 +331,15 @@ impl Cache {
             }
         }
         // A fill needs a limit to keep: without one, nothing is written.
-        let dir = match (&self.max_size, dir) {
-            (Err(why), Ok(_)) => Err(why.clone()),
-            (_, dir) => dir,
+        let fill = match (dir, &self.max_size) {
+            (Ok(dir), Ok(max_size)) => Ok((dir, *max_size)),
+            (Ok(_), Err(why)) => Err(why.clone()),
+            (Err(why), _) => Err(why),
         };
         Ok(Lookup::Miss(Miss {
             key,
             id: id.clone(),
-            dir,
-            max_size: self.size_limit(),
+            fill,
             replaced,
             made_private,
             started,
@@ -455,12 +449,16 @@ pub enum Lookup {
     Miss(Miss),
 }
 
-/// A lookup that found no usable entry: what storing one needs.
+/// A lookup that found no usable entry: what storing one needs. Either
+/// [`Miss::store`] (write the entry, then load it), or [`Miss::prepare`]
+/// (write its bytes to a file the caller maps at once, [`Prepared`]) and
+/// then [`PendingEntry::commit`] (put it in place, [`Written`]).
 pub struct Miss {
     key: SourceKey,
     id: TransformId,
-    dir: Result<Arc<PrivateDir>, CacheBypass>,
-    max_size: u64,
+    /// The directory a fill writes in and the limit it prunes to, or why
+    /// nothing may be written.
+    fill: Result<(Arc<PrivateDir>, u64), CacheBypass>,
     replaced: Option<String>,
     made_private: Option<String>,
     started: Instant,
@@ -476,10 +474,12 @@ impl std::fmt::Debug for Miss {
     }
 }
 
-/// What [`Miss::write`] did.
+/// What [`PendingEntry::commit`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Written {
-    /// The entry is in place, at this path: map it.
+    /// The entry is in place, at this path: for messages and reports. Map
+    /// the file [`PendingEntry::file`] gave, not this path, which another
+    /// fill may rename a file over, or a prune remove, at any time.
     Entry(PathBuf),
     /// The cache could not take it: keep the contents in memory.
     Bypassed(CacheBypass),
@@ -546,26 +546,14 @@ impl Miss {
         })
     }
 
-    /// Write `contents` as the entry, and say where, or why the cache could
-    /// not take them (then nothing is left behind, and the caller keeps
-    /// what it has in memory).
-    ///
-    /// # Errors
-    /// The contents' ([`crate::Error::Transform`]).
-    pub fn write(&self, contents: &mut dyn EntryContents) -> Result<Written> {
-        match self.prepare(contents)? {
-            Prepared::Entry(pending) => Ok(pending.commit()),
-            Prepared::Bypassed(why) => Ok(Written::Bypassed(why)),
-        }
-    }
-
-    /// The first half of [`Miss::write`]: the entry's bytes written into a
-    /// temporary file in the cache, which may be mapped at once; the wait
-    /// for the disk (fsync) and the rename into place are
-    /// [`PendingEntry::commit`]'s, which a caller may run on another thread
-    /// while it uses the tensors. The bytes are copied out of `contents`
-    /// here, so what the caller does with its own copy afterwards changes
-    /// nothing of the entry.
+    /// Write the entry's bytes into a temporary file in the cache, which
+    /// may be mapped at once; the wait for the disk (fsync) and the rename
+    /// into place are [`PendingEntry::commit`]'s, which a caller may run on
+    /// another thread while it uses the tensors. The bytes are copied out
+    /// of `contents` here, so what the caller does with its own copy
+    /// afterwards changes nothing of the entry. [`Prepared::Bypassed`] when
+    /// the cache cannot take them: nothing is left behind, and the caller
+    /// keeps what it has in memory.
     ///
     /// # Errors
     /// The contents' ([`crate::Error::Transform`]).
@@ -579,15 +567,15 @@ impl Miss {
         layout: &entry::Layout,
         contents: &mut dyn EntryContents,
     ) -> Result<Prepared> {
-        let dir = match &self.dir {
-            Ok(dir) => dir,
+        let (dir, max_size) = match &self.fill {
+            Ok((dir, max_size)) => (dir, *max_size),
             Err(why) => return Ok(Prepared::Bypassed(why.clone())),
         };
         match store::fill_temp(dir, &self.key, layout, contents) {
             Ok(filled) => Ok(Prepared::Entry(PendingEntry {
                 filled,
                 key: self.key.clone(),
-                max_size: self.max_size,
+                max_size,
             })),
             Err(store::Unwritten::Bypass(why)) => Ok(Prepared::Bypassed(why)),
             Err(store::Unwritten::Failed(e)) => Err(e),
@@ -598,7 +586,8 @@ impl Miss {
 /// What [`Miss::prepare`] did.
 #[derive(Debug)]
 pub enum Prepared {
-    /// The entry's bytes are in a temporary file: map it, then commit it.
+    /// The entry's bytes are in a temporary file: map
+    /// [`PendingEntry::file`], then [`commit`](PendingEntry::commit) it.
     Entry(PendingEntry),
     /// The cache could not take it: keep the contents in memory.
     Bypassed(CacheBypass),
@@ -762,9 +751,12 @@ pub fn ensure_private_dir(dir: &Path) -> Result<()> {
     }
 }
 
-/// A byte count: digits, then optionally K/M/G/T (binary), KiB/MiB/GiB/TiB
-/// (binary) or KB/MB/GB/TB (decimal), any case; `B` alone is bytes. What
-/// `WEIGHTMAP_CACHE_MAX_SIZE` and the command's size options take.
+/// The syntax of `$WEIGHTMAP_CACHE_MAX_SIZE`, the one size the library
+/// reads from text: a byte count, digits then optionally K/M/G/T (binary),
+/// KiB/MiB/GiB/TiB (binary) or KB/MB/GB/TB (decimal), any case; `B` alone
+/// is bytes. Public so that a tool's own size options take exactly what the
+/// variable takes: the command's (`cache prune --max-size`, whose default
+/// is the variable, and its other sizes alike) do.
 ///
 /// ```
 /// assert_eq!(weightmap::cache::parse_size("20G"), Ok(20 << 30));
@@ -799,4 +791,21 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
     };
     n.checked_mul(mult)
         .ok_or_else(|| format!("'{s}' is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("2kb"), Ok(2000));
+        assert!(parse_size("").is_err());
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
 }

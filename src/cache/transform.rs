@@ -11,7 +11,7 @@ use crate::loader::Weights;
 use crate::tensor::TensorInfo;
 use crate::types::TensorType;
 
-/// A tensor an entry will hold.
+/// A tensor an entry will hold, as [`EntryContents::tensors`] lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedTensor {
     /// Its name (at most 63 bytes, GGUF's limit).

@@ -7,6 +7,7 @@ use std::time::Instant;
 use indicatif::ProgressBar;
 use serde_json::json;
 use sha2::{Digest, Sha256};
+use weightmap::cache::parse_size;
 use weightmap::DirectIo;
 use weightmap::{
     AccessAdvice, AdvicePolicy, HugePages, LoadOptions, LoadReport, Prefetch, Weights,
@@ -73,7 +74,7 @@ pub struct Args {
     threads: usize,
     /// Hold the load to this memory budget (bytes, or with a K/M/G suffix)
     /// instead of the one read from MemAvailable and the memory cgroup.
-    #[arg(long, value_parser = super::gen::parse_size)]
+    #[arg(long, value_parser = parse_size)]
     budget: Option<u64>,
     /// Go ahead with copies and locks larger than the memory budget instead
     /// of refusing them (exit 1, "... over the memory budget ...").
@@ -106,7 +107,7 @@ pub struct Args {
     pass: bool,
     /// The pass's read-ahead window (bytes, or with a K/M/G suffix;
     /// default: half of the memory budget, from 4 MiB to 64 MiB).
-    #[arg(long, value_parser = super::gen::parse_size)]
+    #[arg(long, value_parser = parse_size)]
     window: Option<u64>,
     /// Print one JSON object instead of text.
     #[arg(long)]
