@@ -227,11 +227,11 @@ pub struct ShardReport {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DirectOutcome {
-    /// Buffered, as asked ([`DirectIo::Off`]), or nothing to read.
+    /// Buffered, as asked ([`DirectIo::Off`](crate::DirectIo::Off)), or nothing to read.
     Off,
     /// Read with `O_DIRECT`.
     Used,
-    /// Buffered: [`DirectIo::Auto`] found the file mostly cached.
+    /// Buffered: [`DirectIo::Auto`](crate::DirectIo::Auto) found the file mostly cached.
     Skipped {
         /// Why, e.g. `"87% of the file is in the page cache"`.
         reason: String,
