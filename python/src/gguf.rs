@@ -135,7 +135,7 @@ impl GgufLayout {
     /// length first, sits) from the file's start.
     fn tensors<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let tensors = self.header.tensors();
-        let offsets = self.descriptor_offsets()?;
+        let offsets = self.gguf().descriptor_offsets();
         let items = tensors.iter().zip(offsets).map(|(t, at)| {
             (
                 t.name,
@@ -150,35 +150,3 @@ impl GgufLayout {
     }
 }
 
-impl GgufLayout {
-    /// Where each tensor descriptor starts: the first where the last
-    /// key/value ends (after the 24-byte fixed header when there is none),
-    /// each next one after the name's length and bytes, `n_dims`, the
-    /// dimensions, the type and the offset. The parser validated every one
-    /// of these fields; the sum must end where it said the descriptors end.
-    fn descriptor_offsets(&self) -> PyResult<Vec<u64>> {
-        const FIXED_HEADER: u64 = 24; // magic, version, tensor count, kv count
-        const FIXED_DESCRIPTOR: u64 = 8 + 4 + 4 + 8; // name length, n_dims, type, offset
-        let mut at = self
-            .metadata()
-            .layout()
-            .last()
-            .map_or(FIXED_HEADER, |kv| kv.value.end);
-        let mut offsets = Vec::with_capacity(self.header.tensors().len());
-        for t in self.header.tensors() {
-            offsets.push(at);
-            let len = (t.name.len() as u64)
-                .checked_add(FIXED_DESCRIPTOR)
-                .and_then(|n| n.checked_add((t.shape.len() as u64).checked_mul(8)?))
-                .and_then(|n| at.checked_add(n));
-            at = len.ok_or_else(|| Error::new_err("tensor descriptors past u64"))?;
-        }
-        if at != self.gguf().header_len() {
-            return Err(Error::new_err(format!(
-                "tensor descriptors end at {at}, the header at {}",
-                self.gguf().header_len()
-            )));
-        }
-        Ok(offsets)
-    }
-}

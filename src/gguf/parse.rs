@@ -121,6 +121,46 @@ impl GgufHeader {
         self.tensors.index_of(name)
     }
 
+    /// Where each tensor's descriptor (its name's 8-byte length first)
+    /// starts in the file, in file order: what gguf-py's reader gives as
+    /// each tensor field's offset. Worked back from where the descriptors
+    /// end ([`GgufHeader::header_len`]), each descriptor being its name,
+    /// its dimensions and the four fixed fields, as the parser read them.
+    ///
+    /// ```
+    /// # fn main() -> weightmap::Result<()> {
+    /// use weightmap::{gguf::{GgufHeader, Writer}, TensorType};
+    /// let mut w = Writer::new(32);
+    /// w.tensor("a", TensorType::F32, &[4], vec![0; 16]);
+    /// w.tensor("bb", TensorType::F32, &[2, 2], vec![0; 16]);
+    /// let mut bytes = Vec::new();
+    /// w.write_with(&mut bytes, |_, _| {}).unwrap();
+    /// let h = GgufHeader::parse(&bytes)?;
+    /// // After the 24-byte fixed header: "a" (8 + 1 + 4 + 8 + 4 + 8 bytes), then "bb".
+    /// assert_eq!(h.descriptor_offsets(), [24, 24 + 33]);
+    /// # Ok(()) }
+    /// ```
+    pub fn descriptor_offsets(&self) -> Vec<u64> {
+        // Bounded by the header the parser validated, so none overflows;
+        // saturating all the same, as every sum of file-given sizes here.
+        let size = |name: &str, n_dims: usize| {
+            MIN_TENSOR_BYTES
+                .saturating_add(name.len() as u64)
+                .saturating_add((n_dims as u64).saturating_mul(8))
+        };
+        let tensors = self.tensors.iter();
+        let all = tensors.fold(0u64, |sum, t| sum.saturating_add(size(t.name, t.shape.len())));
+        let mut at = self.header_len.saturating_sub(all);
+        let tensors = self.tensors.iter();
+        tensors
+            .map(|t| {
+                let start = at;
+                at = at.saturating_add(size(t.name, t.shape.len()));
+                start
+            })
+            .collect()
+    }
+
     /// Number of metadata entries.
     pub fn kv_count(&self) -> usize {
         self.kvs.len()
