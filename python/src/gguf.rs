@@ -149,4 +149,3 @@ impl GgufLayout {
         PyList::new(py, items)
     }
 }
-

@@ -149,7 +149,9 @@ impl GgufHeader {
                 .saturating_add((n_dims as u64).saturating_mul(8))
         };
         let tensors = self.tensors.iter();
-        let all = tensors.fold(0u64, |sum, t| sum.saturating_add(size(t.name, t.shape.len())));
+        let all = tensors.fold(0u64, |sum, t| {
+            sum.saturating_add(size(t.name, t.shape.len()))
+        });
         let mut at = self.header_len.saturating_sub(all);
         let tensors = self.tensors.iter();
         tensors
