@@ -345,6 +345,26 @@ pub enum Error {
         /// The name.
         name: String,
     },
+    /// A tensor index past the last tensor (an announcement's, say).
+    #[error("no tensor {index}: the weights hold {count}")]
+    TensorIndex {
+        /// The index asked for.
+        index: u64,
+        /// How many tensors there are.
+        count: usize,
+    },
+    /// An expert that a tensor does not hold: past its outermost dimension,
+    /// negative, or a tensor of fewer than two dimensions, which holds no
+    /// experts ([`TensorInfo::experts`](crate::TensorInfo::experts)).
+    #[error("tensor '{tensor}' has no expert {expert}: it holds {experts}")]
+    NoSuchExpert {
+        /// The tensor.
+        tensor: String,
+        /// The expert asked for.
+        expert: i64,
+        /// How many experts it holds.
+        experts: u64,
+    },
     /// A row index past a tensor's rows.
     #[error("tensor '{tensor}': row {row} is out of range (it has {rows} rows)")]
     RowOutOfRange {
@@ -698,7 +718,10 @@ impl Error {
         use ErrorKind as K;
         match self {
             Error::Io { .. } | Error::NotRegularDestination { .. } | Error::NoSpace { .. } => K::Io,
-            Error::KeyNotFound { .. } | Error::TensorNotFound { .. } => K::NotFound,
+            Error::KeyNotFound { .. }
+            | Error::TensorNotFound { .. }
+            | Error::TensorIndex { .. }
+            | Error::NoSuchExpert { .. } => K::NotFound,
             Error::WrongValueType { .. } | Error::IntOutOfRange { .. } => K::WrongType,
             Error::InvalidAlignment { .. }
             | Error::RowOutOfRange { .. }
@@ -767,6 +790,8 @@ impl Error {
             Error::IntOutOfRange { .. } => "int_out_of_range",
             Error::PerLayerLength { .. } => "per_layer_length",
             Error::TensorNotFound { .. } => "tensor_not_found",
+            Error::TensorIndex { .. } => "tensor_index",
+            Error::NoSuchExpert { .. } => "no_such_expert",
             Error::RowOutOfRange { .. } => "row_out_of_range",
             Error::ShapeMismatch { .. } => "shape_mismatch",
             Error::TypeMismatch { .. } => "type_mismatch",

@@ -24,8 +24,8 @@ pub use error::{Error, ErrorKind, FallbackReason, Result};
 pub use format::{Format, Header};
 pub use loader::{
     BorrowedWeights, Budget, BufferReport, CopiedTensor, CopyReason, DirectIo, DirectOutcome,
-    HugePages, LoadMode, LoadOptions, LoadReport, MappedWeights, ModelHeaders, OwnedTensor, Pass,
-    PlacementKind, ReadReport, Route, Scope, ShardReport, Tensor, TensorRef, Weights,
+    HugePages, LoadMode, LoadOptions, LoadReport, MappedWeights, ModelHeaders, Need, OwnedTensor,
+    Pass, PlacementKind, ReadReport, Route, Scope, ShardReport, Tensor, TensorRef, Weights,
 };
 pub use os::{
     evict, file_residency, page_size, transparent_huge_pages, AccessAdvice, Residency,

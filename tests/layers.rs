@@ -46,7 +46,7 @@ const FOLDER_LAYERS: &[(&str, &[&[&str]])] = &[
     ),
     (
         "page_plan",
-        &[&["choices"], &["plan"], &["prefetch"], &["mod"]],
+        &[&["choices"], &["plan"], &["announce", "prefetch"], &["mod"]],
     ),
 ];
 

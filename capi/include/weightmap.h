@@ -368,6 +368,28 @@ typedef struct wm_cache_report {
   uint64_t elapsed_ns;
 } wm_cache_report;
 
+/**
+ * What the runtime reads next: tensor `tensor` (its index, as for
+ * [`wm_tensor_at`]) whole when `n_experts` is 0; else, of a tensor whose
+ * last dimension counts experts (ggml's `ffn_*_exps`, `ne[2] =
+ * n_expert`), only the slices of the `n_experts` experts at `experts`.
+ */
+typedef struct wm_need {
+  /**
+   * The tensor's index.
+   */
+  uint64_t tensor;
+  /**
+   * The experts' ids, as the router gives them (`n_experts` of them;
+   * may be NULL when `n_experts` is 0).
+   */
+  const int32_t *experts;
+  /**
+   * How many ids `experts` holds; 0 for the whole tensor.
+   */
+  uint32_t n_experts;
+} wm_need;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -694,6 +716,24 @@ int wm_cache_load(const char *cache_dir,
                   const struct wm_options *opts,
                   struct wm_weights **out,
                   struct wm_cache_report *report);
+
+/**
+ * What the runtime reads next: the `n` announcements at `needs`. Their
+ * bytes are read ahead in the background and this returns at once.
+ * Every announcement is checked before any is acted on; tensors in owned
+ * memory (stream mode, copies) need nothing.
+ *
+ * Returns [`WM_OK`]; [`WM_ERR_NOT_FOUND`] for a tensor index or an expert
+ * that does not exist (nothing is read ahead then, and the weights stay
+ * usable; [`wm_last_error`] names it); [`WM_ERR_BAD_ARGUMENT`] for NULL
+ * `w`, NULL `needs` with `n` > 0, or NULL `experts` with `n_experts` > 0.
+ *
+ * # Safety
+ * `w` is NULL or a live pointer from [`wm_load`]; `needs` is NULL or
+ * points to `n` `wm_need`s, each of whose `experts` is NULL or points to
+ * `n_experts` `int32_t`s, all valid for the call.
+ */
+int wm_prefetch(const struct wm_weights *w, const struct wm_need *needs, size_t n);
 
 #ifdef __cplusplus
 }  // extern "C"

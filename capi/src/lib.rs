@@ -35,7 +35,9 @@ use weightmap::gguf::Value;
 use weightmap::{Error, ErrorKind, LoadMode, LoadOptions, Weights};
 
 mod cache;
+mod prefetch;
 pub use cache::*;
+pub use prefetch::*;
 
 // ---- return codes -----------------------------------------------------------
 

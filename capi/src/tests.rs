@@ -1186,3 +1186,61 @@ fn cache_load_refuses_null_and_bad_arguments() {
     assert_eq!((calls.select, calls.apply), (0, 0));
     assert_eq!(entries_in(dir.path()), 0);
 }
+
+#[test]
+fn announcements_are_checked_and_a_bad_one_is_an_error_the_weights_outlive() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("moe.gguf");
+    let mut g = weightmap::gguf::Writer::new(32);
+    // 4 experts of 2 rows of 8 f32 (ne = [8, 2, 4]), and a 1-D norm.
+    g.tensor(
+        "blk.0.ffn_up_exps.weight",
+        TensorType::F32,
+        &[8, 2, 4],
+        vec![1; 256],
+    );
+    g.tensor("blk.0.norm.weight", TensorType::F32, &[8], vec![2; 32]);
+    g.write_with(std::fs::File::create(&path).unwrap(), |_, _| {})
+        .unwrap();
+    let path = CString::new(path.to_str().unwrap()).unwrap();
+    for mode in [WM_MODE_MMAP, WM_MODE_STREAM] {
+        let w = load_path(&path, &opts(mode, 1, 0));
+        let experts = [3i32, 0];
+        let need = |tensor, experts: &[i32]| wm_need {
+            tensor,
+            experts: if experts.is_empty() {
+                null()
+            } else {
+                experts.as_ptr()
+            },
+            n_experts: experts.len() as u32,
+        };
+        let prefetch = |needs: &[wm_need]| {
+            // SAFETY: live weights and `needs.len()` announcements whose
+            // experts live for the call.
+            unsafe { wm_prefetch(w.0, needs.as_ptr(), needs.len()) }
+        };
+        assert_eq!(prefetch(&[need(0, &experts), need(1, &[])]), WM_OK);
+        // SAFETY: n = 0 reads nothing.
+        assert_eq!(unsafe { wm_prefetch(w.0, null(), 0) }, WM_OK);
+        assert_eq!(prefetch(&[need(0, &[]), need(2, &[])]), WM_ERR_NOT_FOUND);
+        assert_eq!(last_error(), "no tensor 2: the weights hold 2");
+        assert_eq!(prefetch(&[need(0, &[4])]), WM_ERR_NOT_FOUND);
+        assert!(last_error().contains("has no expert 4"), "{}", last_error());
+        assert_eq!(prefetch(&[need(1, &[0])]), WM_ERR_NOT_FOUND);
+        let no_ids = wm_need {
+            tensor: 0,
+            experts: null(),
+            n_experts: 2,
+        };
+        assert_eq!(prefetch(&[no_ids]), WM_ERR_BAD_ARGUMENT);
+        // SAFETY: NULL weights are refused before anything is read.
+        let rc = unsafe { wm_prefetch(null(), [need(0, &[])].as_ptr(), 1) };
+        assert_eq!(rc, WM_ERR_BAD_ARGUMENT);
+        // SAFETY: n > 0 with NULL needs is refused.
+        assert_eq!(unsafe { wm_prefetch(w.0, null(), 1) }, WM_ERR_BAD_ARGUMENT);
+        // The weights answer as before.
+        let t = tensor(&w, "blk.0.norm.weight").unwrap();
+        assert_eq!(bytes_of(&t), &[2; 32]);
+    }
+}

@@ -18,7 +18,8 @@ use numpy::{
 };
 use pyo3::create_exception;
 use pyo3::exceptions::{
-    PyFileNotFoundError, PyKeyError, PyOSError, PyPermissionError, PyTypeError, PyValueError,
+    PyFileNotFoundError, PyIndexError, PyKeyError, PyOSError, PyPermissionError, PyTypeError,
+    PyValueError,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -527,6 +528,41 @@ impl PyWeights {
     fn huge_pages<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let w = self.weights(py)?;
         huge_pages_dict(py, &w)
+    }
+
+    /// Announce what the runtime reads next: each need a tensor (its name
+    /// or index), or a pair of a tensor and the experts (ints, as a router
+    /// gives them) whose slices of it are read. Their bytes are read ahead
+    /// in the background and this returns at once; every need is checked
+    /// first (KeyError for a name, IndexError for an index, weightmap.Error
+    /// for an expert that is not there), and then nothing is read.
+    fn prefetch(&self, py: Python<'_>, needs: Vec<Bound<'_, PyAny>>) -> PyResult<()> {
+        let w = self.weights(py)?;
+        let index = |t: &Bound<'_, PyAny>| -> PyResult<usize> {
+            match t.extract::<String>() {
+                Ok(name) => w
+                    .tensor_index(&name)
+                    .ok_or_else(|| PyKeyError::new_err(name)),
+                Err(_) => t.extract::<usize>().map_err(|_| {
+                    PyIndexError::new_err(format!("no tensor {t}: the weights hold {}", w.len()))
+                }),
+            }
+        };
+        let mut parsed: Vec<(usize, Vec<i32>)> = Vec::with_capacity(needs.len());
+        for need in &needs {
+            parsed.push(match need.extract::<(Bound<'_, PyAny>, Vec<i32>)>() {
+                Ok((t, experts)) => (index(&t)?, experts),
+                Err(_) => (index(need)?, Vec::new()),
+            });
+        }
+        let needs: Vec<wm::Need<'_>> = parsed
+            .iter()
+            .map(|(t, experts)| wm::Need::experts(*t, experts))
+            .collect();
+        w.prefetch(&needs).map_err(|e| match e {
+            wm::Error::TensorIndex { .. } => PyIndexError::new_err(e.to_string()),
+            e => to_py(py, e),
+        })
     }
 
     /// Drop this handle's reference to the model. Arrays already handed out

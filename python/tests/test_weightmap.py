@@ -546,3 +546,36 @@ def test_pathlike_and_repr():
         assert a.keys() == b.keys()
         assert "tiny-llama.gguf" in repr(a)
         assert a.path.endswith("tiny-llama.gguf")
+
+
+# ---------------------------------------------------------------- announcements
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_prefetch_checks_every_need_and_the_weights_carry_on(tmp_path, mode):
+    path = tmp_path / "moe.gguf"
+    gw = gguf.GGUFWriter(path, "olmoe")
+    experts = np.arange(4 * 2 * 8, dtype=np.float32).reshape(4, 2, 8)  # ne = [8, 2, 4]
+    gw.add_tensor("blk.0.ffn_up_exps.weight", experts)
+    gw.add_tensor("blk.0.attn_norm.weight", np.ones(8, dtype=np.float32))
+    gw.write_header_to_file()
+    gw.write_kv_data_to_file()
+    gw.write_tensors_to_file()
+    gw.close()
+    with weightmap.open(path, mode=mode) as w:
+        assert w.prefetch([]) is None
+        w.prefetch(["blk.0.attn_norm.weight", 0, ("blk.0.ffn_up_exps.weight", [3, 1]), (0, [0])])
+        with pytest.raises(KeyError):
+            w.prefetch(["blk.0.attn_norm.weight", "blk.9.nothing"])
+        with pytest.raises(IndexError):
+            w.prefetch([2])
+        with pytest.raises(weightmap.Error) as e:
+            w.prefetch([("blk.0.ffn_up_exps.weight", [4])])
+        assert e.value.name == "no_such_expert"
+        assert "has no expert 4" in str(e.value)
+        with pytest.raises(weightmap.Error):
+            w.prefetch([("blk.0.attn_norm.weight", [0])])
+        # The weights answer as before.
+        np.testing.assert_array_equal(
+            w["blk.0.ffn_up_exps.weight"].view(np.float32).reshape(4, 2, 8), experts
+        )

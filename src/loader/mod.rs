@@ -55,7 +55,7 @@ mod shards;
 mod source;
 
 pub use handles::{
-    BorrowedWeights, MappedWeights, OwnedTensor, Pass, Scope, Tensor, TensorRef, Weights,
+    BorrowedWeights, MappedWeights, Need, OwnedTensor, Pass, Scope, Tensor, TensorRef, Weights,
 };
 pub use headers::ModelHeaders;
 pub use options::{DirectIo, LoadMode, LoadOptions, Route};

@@ -52,6 +52,7 @@
 //! over 4 GiB read by row. weightmap keeps the load itself at header cost and
 //! does not prefetch what does not fit.
 
+pub(crate) mod announce;
 mod choices;
 pub(crate) mod plan;
 pub(crate) mod prefetch;

@@ -387,7 +387,7 @@ fn push_range(ranges: &mut Vec<(usize, usize)>, r: (usize, usize)) -> Result<()>
 const MERGE_GAP: usize = 1 << 20;
 
 /// Sort and merge ranges; those less than [`MERGE_GAP`] apart become one.
-fn merge(mut ranges: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
+pub(super) fn merge(mut ranges: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
     ranges.retain(|r| r.1 > r.0);
     ranges.sort_unstable();
     let mut out: Vec<(usize, usize)> = Vec::with_capacity(ranges.len().min(64));

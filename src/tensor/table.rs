@@ -82,6 +82,54 @@ impl TensorInfo<'_> {
     pub fn file_range(&self) -> Range<u64> {
         self.file_offset..self.file_offset + self.nbytes
     }
+
+    /// How many experts a mixture-of-experts tensor holds: its outermost
+    /// dimension (ggml's `ne[2]` of an `ffn_*_exps` tensor, `ne[n - 1]` in
+    /// general; the first of a safetensors shape), each expert's slice
+    /// whole rows. 0 for a tensor of fewer than two dimensions, whose
+    /// slices would not be whole rows.
+    ///
+    /// ```
+    /// use weightmap::{gguf::Writer, Header, TensorType};
+    /// # fn main() -> weightmap::Result<()> {
+    /// let mut w = Writer::new(32);
+    /// // 4 experts of 2 rows of 8 f32 each: ne = [8, 2, 4].
+    /// w.tensor("ffn_up_exps", TensorType::F32, &[8, 2, 4], vec![0; 256]);
+    /// let bytes = w.to_bytes();
+    /// let header = Header::parse(&bytes)?;
+    /// let t = header.tensors().get(0).unwrap();
+    /// assert_eq!(t.experts(), 4);
+    /// let third = t.expert_range(2).unwrap();
+    /// assert_eq!(third.start - t.file_offset, 2 * 64);
+    /// assert_eq!(third.end - third.start, 64);
+    /// assert!(t.expert_range(4).is_none());
+    /// # Ok(()) }
+    /// ```
+    pub fn experts(&self) -> u64 {
+        let outer = if self.outer_first {
+            self.shape.first()
+        } else {
+            self.shape.last()
+        };
+        match outer {
+            // Zero experts hold zero bytes: no slice to give.
+            Some(&n) if self.shape.len() >= 2 && n > 0 && self.nbytes % n == 0 => n,
+            _ => 0,
+        }
+    }
+
+    /// The absolute byte range in the file of expert `expert`'s slice (see
+    /// [`TensorInfo::experts`]), or `None` past the last expert.
+    pub fn expert_range(&self, expert: u64) -> Option<Range<u64>> {
+        let n = self.experts();
+        if expert >= n {
+            return None;
+        }
+        // Inside the tensor's validated range, so none overflows.
+        let each = self.nbytes / n;
+        let start = self.file_offset + expert * each;
+        Some(start..start + each)
+    }
 }
 
 /// One tensor's columns, apart from its type. Its name and dimensions are

@@ -3,7 +3,7 @@ package re-exports."""
 
 import os
 from types import TracebackType
-from typing import Any, Dict, Iterator, List, Literal, Optional, Tuple, Type, Union
+from typing import Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 
@@ -55,6 +55,14 @@ class Weights:
         mapped_resident, mapped_huge, mapped_huge_capacity, mapped_small,
         owned_bytes, owned_huge (None where this platform cannot tell), and
         reread_bytes (what the prefetch re-read)."""
+    def prefetch(
+        self, needs: Sequence[Union[str, int, Tuple[Union[str, int], Sequence[int]]]]
+    ) -> None:
+        """Announce what the runtime reads next: each need a tensor (name or
+        index), or a (tensor, experts) pair whose experts' slices are read.
+        Read ahead in the background; returns at once. KeyError (name),
+        IndexError (index) or weightmap.Error (expert) for a need that is
+        not there, and then nothing is read."""
     def close(self) -> None: ...
     def __enter__(self) -> "Weights": ...
     def __exit__(

@@ -9,6 +9,7 @@ use crate::error::{Error, FallbackReason, Result};
 use crate::format::{Format, Header};
 use crate::gguf::Metadata;
 use crate::os::{AccessAdvice, Mapping, Residency};
+use crate::page_plan::announce::Announcer;
 use crate::page_plan::plan::shard_prefetch;
 use crate::page_plan::prefetch::Prefetcher;
 use crate::page_plan::{PrefetchProgress, PrefetchState};
@@ -137,6 +138,9 @@ impl Storage {
 /// ```
 #[derive(Debug)]
 pub struct Weights {
+    /// Reads ahead what the runtime announces; first, so that its thread
+    /// is joined before any mapping goes.
+    announcer: Announcer,
     /// One per file (a single file is a model of one shard); the first
     /// holds the model's metadata.
     parts: Vec<Storage>,
@@ -201,6 +205,7 @@ impl Weights {
             starts.push(n);
         }
         Weights {
+            announcer: Announcer::default(),
             parts,
             starts,
             report,
@@ -490,6 +495,11 @@ impl Weights {
     fn info_at(&self, i: usize) -> Option<TensorInfo<'_>> {
         let (p, j) = self.loc(i)?;
         self.parts[p].loaded().header.tensors().get(j)
+    }
+
+    /// The thread that reads announced tensors ahead.
+    pub(super) fn announcer(&self) -> &Announcer {
+        &self.announcer
     }
 
     /// The part and the index in it of tensor `i`.

@@ -1,0 +1,116 @@
+//! What a runtime announces it reads next ([`Need`]), and
+//! [`Weights::prefetch`], which checks every announcement and hands the
+//! mapped bytes to the page plan's announcer to read ahead.
+
+use std::sync::Arc;
+
+use super::weights::Weights;
+use crate::error::{Error, Result};
+use crate::page_plan::announce::Announced;
+
+/// What a runtime reads next (C: `wm_need`): a whole tensor, or, of a
+/// tensor whose outermost dimension counts experts (ggml's
+/// `ffn_*_exps`, `ne[2] = n_expert`), only the slices of `experts`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Need<'a> {
+    /// The tensor's index, as [`Weights::tensor_at`] takes it.
+    pub tensor: usize,
+    /// The experts whose slices are read, as a router gives their ids;
+    /// empty for the whole tensor.
+    pub experts: &'a [i32],
+}
+
+impl Need<'static> {
+    /// The whole tensor `tensor`.
+    pub fn tensor(tensor: usize) -> Need<'static> {
+        Need {
+            tensor,
+            experts: &[],
+        }
+    }
+}
+
+impl<'a> Need<'a> {
+    /// Of tensor `tensor`, the slices of `experts` only.
+    pub fn experts(tensor: usize, experts: &'a [i32]) -> Need<'a> {
+        Need { tensor, experts }
+    }
+}
+
+impl Weights {
+    /// Announce what the runtime reads next: their bytes are read ahead in
+    /// the background (`MADV_WILLNEED` from a thread of the weights'), and
+    /// this returns at once. Every announcement is checked before any is
+    /// acted on. Tensors in owned memory (the stream path, copies) are
+    /// there already, and need nothing.
+    ///
+    /// A model that fits in memory gains little: its pages stay cached. A
+    /// model larger than memory gains most, as each page fault alone would
+    /// read around itself (the device's read-ahead) and evict what the next
+    /// token needs.
+    ///
+    /// ```
+    /// use weightmap::{gguf::Writer, LoadOptions, Need, TensorType, Weights};
+    /// # fn main() -> weightmap::Result<()> {
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("moe.gguf");
+    /// let mut w = Writer::new(32);
+    /// w.tensor("blk.0.ffn_up_exps.weight", TensorType::F32, &[8, 2, 4], vec![0; 256]);
+    /// w.write_with(std::fs::File::create(&path).unwrap(), |_, _| {}).unwrap();
+    /// // SAFETY: nothing modifies or truncates the file while `weights` lives.
+    /// let weights = unsafe { Weights::load(&path, &LoadOptions::default())? };
+    /// let up = weights.tensor_index("blk.0.ffn_up_exps.weight").unwrap();
+    /// // The router chose experts 3 and 1.
+    /// weights.prefetch(&[Need::experts(up, &[3, 1])])?;
+    /// assert!(weights.prefetch(&[Need::experts(up, &[4])]).is_err());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::TensorIndex`] for a tensor that is not there,
+    /// [`Error::NoSuchExpert`] for an expert the tensor does not hold; then
+    /// nothing is read ahead.
+    pub fn prefetch(&self, needs: &[Need<'_>]) -> Result<()> {
+        let mut announced: Vec<Announced> = Vec::new();
+        for need in needs {
+            let Some(t) = self.tensor_at(need.tensor) else {
+                return Err(Error::TensorIndex {
+                    index: need.tensor as u64,
+                    count: self.len(),
+                });
+            };
+            let info = t.info();
+            let mapped = self.mapped_range_at(need.tensor);
+            let mut ranges = Vec::with_capacity(need.experts.len().max(1));
+            if need.experts.is_empty() {
+                ranges.extend(mapped.as_ref().map(|(_, r)| r.clone()));
+            }
+            for &e in need.experts {
+                let range = u64::try_from(e).ok().and_then(|e| info.expert_range(e));
+                let range = range.ok_or_else(|| Error::NoSuchExpert {
+                    tensor: info.name.to_owned(),
+                    expert: i64::from(e),
+                    experts: info.experts(),
+                })?;
+                ranges.push(range);
+            }
+            if let Some((map, _)) = mapped {
+                // File ranges of a validated mapped tensor: inside the
+                // mapping, so within usize.
+                let ranges = ranges.iter().map(|r| (r.start as usize, r.end as usize));
+                let same_map = |a: &&mut Announced| Arc::ptr_eq(&a.map, map);
+                match announced.iter_mut().find(same_map) {
+                    Some(a) => a.ranges.extend(ranges),
+                    None => announced.push(Announced {
+                        map: Arc::clone(map),
+                        ranges: ranges.collect(),
+                    }),
+                }
+            }
+        }
+        if !announced.is_empty() {
+            self.announcer().announce(announced);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,137 @@
+//! Announcements (`Weights::prefetch`): what a runtime says it reads next
+//! is checked, then read ahead in the background, and only that.
+//!
+//! Residency is read with `mincore`; the assertions about the page cache
+//! run where `tests/common` finds it observable, and the test says when it
+//! skips them.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use weightmap::gguf::Writer;
+use weightmap::{
+    evict, Error, ErrorKind, LoadMode, LoadOptions, Need, Prefetch, TensorType, Weights,
+};
+
+const MIB: usize = 1 << 20;
+
+/// `a` (4 MiB), `blk.0.ffn_up_exps.weight` (4 experts of 4 MiB: ne =
+/// [1024, 1024, 4], f32), `b` (4 MiB) and a 1-D `norm`, synced so that
+/// eviction can drop them.
+fn moe_model(dir: &Path) -> PathBuf {
+    let path = dir.join("moe.gguf");
+    let mut w = Writer::new(32);
+    w.tensor(
+        "a",
+        TensorType::F32,
+        &[1024, 1024],
+        common::pattern(1, 4 * MIB),
+    );
+    w.tensor(
+        "blk.0.ffn_up_exps.weight",
+        TensorType::F32,
+        &[1024, 1024, 4],
+        common::pattern(2, 16 * MIB),
+    );
+    w.tensor(
+        "b",
+        TensorType::F32,
+        &[1024, 1024],
+        common::pattern(3, 4 * MIB),
+    );
+    w.tensor("norm", TensorType::F32, &[16], common::pattern(4, 64));
+    let f = std::fs::File::create(&path).unwrap();
+    w.write_with(&f, |_, _| {}).unwrap();
+    f.sync_all().unwrap();
+    path
+}
+
+fn load(path: &Path, opts: &LoadOptions) -> Weights {
+    // SAFETY: the test's own file, unchanged while mapped.
+    unsafe { Weights::load(path, opts) }.unwrap()
+}
+
+/// The resident fraction of tensor `name`, once it stops growing or 20 s
+/// pass: announced reads land after the call returns.
+fn settled_fraction(w: &Weights, name: &str) -> f64 {
+    let fraction = || w.residency(name).unwrap().unwrap().fraction();
+    let (t0, mut last) = (Instant::now(), -1.0);
+    while t0.elapsed() < Duration::from_secs(20) {
+        let now = fraction();
+        if now > 0.0 && now == last {
+            return now;
+        }
+        last = now;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    fraction()
+}
+
+#[test]
+fn a_bad_announcement_is_a_clear_error_and_the_weights_carry_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = load(&moe_model(dir.path()), &LoadOptions::default());
+    let exps = w.tensor_index("blk.0.ffn_up_exps.weight").unwrap();
+    let norm = w.tensor_index("norm").unwrap();
+    let e = w.prefetch(&[Need::tensor(0), Need::tensor(4)]).unwrap_err();
+    assert!(
+        matches!(e, Error::TensorIndex { index: 4, count: 4 }),
+        "{e}"
+    );
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    assert_eq!(e.to_string(), "no tensor 4: the weights hold 4");
+    for (tensor, expert, experts) in [(exps, 4, 4), (exps, -1, 4), (norm, 0, 0)] {
+        let e = w
+            .prefetch(&[Need::experts(tensor, &[0, expert])])
+            .unwrap_err();
+        let name = w.tensor_at(tensor).unwrap().info().name.to_owned();
+        assert!(
+            matches!(&e, Error::NoSuchExpert { tensor: t, expert: x, experts: n }
+                if *t == name && *x == i64::from(expert) && *n == experts),
+            "{e}"
+        );
+        assert_eq!(e.kind(), ErrorKind::NotFound);
+    }
+    // The process goes on: the weights answer as before.
+    w.prefetch(&[Need::experts(exps, &[3, 0]), Need::tensor(norm)])
+        .unwrap();
+    assert_eq!(
+        w.tensor("b").unwrap().to_vec().unwrap(),
+        common::pattern(3, 4 * MIB)
+    );
+}
+
+#[test]
+fn only_the_announced_tensors_and_experts_are_read() {
+    let test = "only_the_announced_tensors_and_experts_are_read";
+    let dir = tempfile::tempdir().unwrap();
+    let path = moe_model(dir.path());
+    let w = load(&path, &LoadOptions::default().prefetch(Prefetch::None));
+    if !common::file_cache_observable(test) {
+        w.prefetch(&[Need::tensor(0), Need::experts(1, &[2])])
+            .unwrap();
+        return;
+    }
+    evict(&path).unwrap();
+    let exps = w.tensor_index("blk.0.ffn_up_exps.weight").unwrap();
+    w.prefetch(&[Need::tensor(0), Need::experts(exps, &[2])])
+        .unwrap();
+    assert!(settled_fraction(&w, "a") > 0.9);
+    // One expert of four: a quarter of the tensor, read whole.
+    let f = settled_fraction(&w, "blk.0.ffn_up_exps.weight");
+    assert!((0.24..=0.27).contains(&f), "{f}");
+    let b = w.residency("b").unwrap().unwrap().fraction();
+    assert!(b < 0.01, "b was not announced, yet {b} of it is resident");
+}
+
+#[test]
+fn streamed_weights_take_announcements_and_have_nothing_to_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = LoadOptions::default().mode(LoadMode::Stream);
+    let w = load(&moe_model(dir.path()), &opts);
+    w.prefetch(&[Need::tensor(0), Need::experts(1, &[0, 1, 2, 3])])
+        .unwrap();
+    assert!(w.prefetch(&[Need::experts(1, &[9])]).is_err());
+}
