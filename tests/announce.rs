@@ -2,8 +2,9 @@
 //! is checked, then read ahead in the background, and only that.
 //!
 //! Residency is read with `mincore`; the assertions about the page cache
-//! run where `tests/common` finds it observable, and the test says when it
-//! skips them.
+//! run where `tests/common` finds it and the advice on mappings observable
+//! (not under qemu-user, which ignores `MADV_WILLNEED`), and the test says
+//! when it skips them.
 
 mod common;
 
@@ -109,7 +110,7 @@ fn only_the_announced_tensors_and_experts_are_read() {
     let dir = tempfile::tempdir().unwrap();
     let path = moe_model(dir.path());
     let w = load(&path, &LoadOptions::default().prefetch(Prefetch::None));
-    if !common::file_cache_observable(test) {
+    if !common::page_cache_observable(test) {
         w.prefetch(&[Need::tensor(0), Need::experts(1, &[2])])
             .unwrap();
         return;
