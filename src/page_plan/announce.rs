@@ -7,29 +7,44 @@
 //! A plain mapping leaves a model larger than memory to the fault path,
 //! whose read-ahead reads around each fault (the device's `read_ahead_kb`)
 //! and evicts what the next token needs; queuing only the announced bytes
-//! reads what is used and nothing beside it. Where every weight is
-//! resident, a queued read finds its pages cached and does no I/O.
+//! reads what is used and nothing beside it. A tensor whose experts are
+//! announced has its fault read-ahead turned off the first time
+//! ([`read_only_as_announced`]), so that a fault on it reads its page and no
+//! other expert's, and its slices are kept or released as the
+//! [`Residency`] decides. Where every weight is resident, a queued read
+//! finds its pages cached and does no I/O.
 
-use std::sync::mpsc::{channel, Sender};
+use std::collections::HashSet;
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use super::plan::merge;
+use super::plan::{merge, read_only_as_announced};
+use super::residency::{Range, Residency};
 use crate::os::Mapping;
 
-/// Ranges of one mapping to read ahead, in any order.
+/// What one announcement reads of one mapping: offsets into it, as the
+/// tensors' file ranges.
 pub(crate) struct Announced {
-    /// The mapping they are in.
+    /// The mapping.
     pub(crate) map: Arc<Mapping>,
-    /// Offsets into it, as the tensors' file ranges.
-    pub(crate) ranges: Vec<(usize, usize)>,
+    /// Tensors read whole.
+    pub(crate) whole: Vec<Range>,
+    /// Tensors read by their experts: each tensor's range, and the slices
+    /// of the experts announced.
+    pub(crate) experts: Vec<(Range, Vec<Range>)>,
 }
 
-/// The thread that reads announced ranges ahead, started by the first
-/// announcement; stopped and joined on drop, after the reads already
-/// queued to it (each a `WILLNEED`, which waits for no read).
-#[derive(Debug, Default)]
+/// The thread that reads announced ranges ahead, and keeps the resident set
+/// of expert slices ([`Residency`]), started by the first announcement;
+/// stopped and joined on drop, after the reads already queued to it (each a
+/// `WILLNEED`, which waits for no read).
+#[derive(Debug)]
 pub(crate) struct Announcer {
+    /// The memory budget of the weights' load.
+    budget: Option<u64>,
+    /// Bytes of the weights' mapped tensors.
+    mapped: u64,
     /// The way to the thread, once started; `None` inside when it could
     /// not start, and announcements are then read ahead by the caller.
     started: Mutex<Option<Started>>,
@@ -42,33 +57,44 @@ struct Started {
 }
 
 impl Announcer {
+    /// For weights whose mapped tensors hold `mapped` bytes, loaded under
+    /// `budget` (`None`: unknown).
+    pub(crate) fn new(budget: Option<u64>, mapped: u64) -> Announcer {
+        Announcer {
+            budget,
+            mapped,
+            started: Mutex::new(None),
+        }
+    }
+
     /// Queue the reads of `announced`: on the thread, or here when the
     /// thread cannot be started.
     pub(crate) fn announce(&self, announced: Vec<Announced>) {
         let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
-        let started = started.get_or_insert_with(Started::spawn);
+        let residency = || Residency::new(self.budget, self.mapped);
+        let started = started.get_or_insert_with(|| Started::spawn(residency()));
         let mut announced = announced.into_iter();
         if let Some(tx) = &started.to_thread {
             for a in announced.by_ref() {
                 if let Err(unsent) = tx.send(a) {
                     // The thread is gone (it never panics, but if it did):
                     // this and the rest are read ahead here.
-                    read_ahead(unsent.0);
+                    read_ahead(&unsent.0);
                     break;
                 }
             }
         }
-        announced.for_each(read_ahead);
+        announced.for_each(|a| read_ahead(&a));
     }
 }
 
 impl Started {
-    fn spawn() -> Started {
+    fn spawn(residency: Residency) -> Started {
         let (tx, rx) = channel::<Announced>();
         let spawned = std::thread::Builder::new()
             .name("weightmap-announced".into())
-            .stack_size(64 << 10)
-            .spawn(move || rx.into_iter().for_each(read_ahead));
+            .stack_size(256 << 10)
+            .spawn(move || serve(rx, residency));
         match spawned {
             Ok(thread) => Started {
                 to_thread: Some(tx),
@@ -93,9 +119,36 @@ impl Drop for Started {
     }
 }
 
+/// The thread's loop: for each announcement, the expert tensors it names
+/// first are read only as announced from then on, the slices whose use is
+/// over and that do not stay resident are released, and every announced
+/// range is read ahead.
+fn serve(rx: Receiver<Announced>, mut residency: Residency) {
+    // Expert tensors already advised, by address.
+    let mut advised = HashSet::new();
+    for a in rx {
+        // The residency keys ranges by address, so that the files of a
+        // model in several tell theirs apart.
+        let base = a.map.addr();
+        let at = |r: &Range| (base + r.0, base + r.1);
+        for (tensor, slices) in &a.experts {
+            if advised.insert(base + tensor.0) {
+                read_only_as_announced(&a.map, tensor.0, tensor.1);
+            }
+            let slices: Vec<Range> = slices.iter().map(at).collect();
+            for (start, end) in residency.announce(at(tensor), &slices) {
+                // Advisory: a failure leaves the pages to reclaim.
+                let _ = a.map.release(start - base, end - base);
+            }
+        }
+        read_ahead(&a);
+    }
+}
+
 /// Queue the reads of `a`'s ranges, near ones joined.
-fn read_ahead(a: Announced) {
-    for (start, end) in merge(a.ranges) {
+fn read_ahead(a: &Announced) {
+    let slices = a.experts.iter().flat_map(|(_, s)| s.iter().copied());
+    for (start, end) in merge(a.whole.iter().copied().chain(slices).collect()) {
         a.map.will_need(start, end);
     }
 }
@@ -113,11 +166,13 @@ mod tests {
         f.write_all(&vec![3u8; 8 << 20]).unwrap();
         // SAFETY: the temporary file is not changed while mapped.
         let map = Arc::new(unsafe { Mapping::map(f.as_file()) }.unwrap());
-        let announcer = Announcer::default();
-        for _ in 0..3 {
+        // A budget below the file: slices are released as they go.
+        let announcer = Announcer::new(Some(70 << 20), 8 << 20);
+        for i in 0..4 {
             announcer.announce(vec![Announced {
                 map: Arc::clone(&map),
-                ranges: vec![(4 << 20, 8 << 20), (0, 1 << 20)],
+                whole: vec![(0, 1 << 20)],
+                experts: vec![((4 << 20, 8 << 20), vec![((4 + i) << 20, (5 + i) << 20)])],
             }]);
         }
         drop(announcer);

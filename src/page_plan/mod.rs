@@ -56,6 +56,7 @@ pub(crate) mod announce;
 mod choices;
 pub(crate) mod plan;
 pub(crate) mod prefetch;
+pub(crate) mod residency;
 
 pub use choices::{AdvicePolicy, Prefetch, PrefetchDecision, ProgressFn};
 pub use choices::{Reread, RereadRefusal, SkipReason};

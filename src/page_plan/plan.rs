@@ -316,6 +316,19 @@ pub(crate) fn drop_from(last_end: u64, floor: u64) -> u64 {
     last_end.saturating_sub(huge_page() as u64).max(floor)
 }
 
+/// Turn off the read-ahead of the fault path over `[start, end)` of `map`,
+/// a tensor whose experts the runtime announces: from then on a fault reads
+/// only its page, and the announcements read what is used. Left to the
+/// kernel's read-ahead, each fault on an expert's slice reads around it
+/// (the device's read-ahead, and huge-page folios) into experts no token
+/// chose, which a model larger than memory cannot afford: on the synthetic
+/// OLMoE layout in a cgroup of half the file it read 2.5 to 4 times what
+/// was touched (BENCHMARKS.md, "Models larger than memory"). Advisory: a
+/// failure only leaves the read-ahead on.
+pub(crate) fn read_only_as_announced(map: &Mapping, start: usize, end: usize) {
+    let _ = map.advise_inward(AccessAdvice::Random, start, end);
+}
+
 /// The prefetch of one file of a model in several, `region` bytes of
 /// `total`: a background prefetch's share of the budget split by size, so
 /// that together the files hold to it.

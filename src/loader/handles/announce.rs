@@ -80,11 +80,7 @@ impl Weights {
                 });
             };
             let info = t.info();
-            let mapped = self.mapped_range_at(need.tensor);
-            let mut ranges = Vec::with_capacity(need.experts.len().max(1));
-            if need.experts.is_empty() {
-                ranges.extend(mapped.as_ref().map(|(_, r)| r.clone()));
-            }
+            let mut slices = Vec::with_capacity(need.experts.len());
             for &e in need.experts {
                 let range = u64::try_from(e).ok().and_then(|e| info.expert_range(e));
                 let range = range.ok_or_else(|| Error::NoSuchExpert {
@@ -92,20 +88,41 @@ impl Weights {
                     expert: i64::from(e),
                     experts: info.experts(),
                 })?;
-                ranges.push(range);
+                // File ranges of a validated tensor, which is mapped when
+                // they are used: inside the mapping, so within usize.
+                slices.push((range.start as usize, range.end as usize));
             }
-            if let Some((map, _)) = mapped {
-                // File ranges of a validated mapped tensor: inside the
-                // mapping, so within usize.
-                let ranges = ranges.iter().map(|r| (r.start as usize, r.end as usize));
-                let same_map = |a: &&mut Announced| Arc::ptr_eq(&a.map, map);
-                match announced.iter_mut().find(same_map) {
-                    Some(a) => a.ranges.extend(ranges),
-                    None => announced.push(Announced {
+            // Owned memory (the stream path, a copy) needs nothing.
+            let Some((map, whole)) = self.mapped_range_at(need.tensor) else {
+                continue;
+            };
+            let whole = (whole.start as usize, whole.end as usize);
+            let a = match announced.iter().position(|a| Arc::ptr_eq(&a.map, map)) {
+                Some(i) => &mut announced[i],
+                None => {
+                    announced.push(Announced {
                         map: Arc::clone(map),
-                        ranges: ranges.collect(),
-                    }),
+                        whole: Vec::new(),
+                        experts: Vec::new(),
+                    });
+                    announced.last_mut().expect("just pushed")
                 }
+            };
+            if slices.is_empty() {
+                a.whole.push(whole);
+                continue;
+            }
+            // One entry a tensor, each expert once: a batch's tokens may
+            // name the same tensor and expert more than once.
+            match a.experts.iter_mut().find(|(t, _)| *t == whole) {
+                Some((_, known)) => known.extend(slices),
+                None => a.experts.push((whole, slices)),
+            }
+        }
+        for a in &mut announced {
+            for (_, slices) in &mut a.experts {
+                slices.sort_unstable();
+                slices.dedup();
             }
         }
         if !announced.is_empty() {

@@ -205,7 +205,7 @@ impl Weights {
             starts.push(n);
         }
         Weights {
-            announcer: Announcer::default(),
+            announcer: Announcer::new(report.budget.bytes, report.bytes_mapped),
             parts,
             starts,
             report,

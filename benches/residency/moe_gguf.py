@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Write a synthetic mixture-of-experts GGUF in a real model's layout, with
+gguf-py's own writer: OLMoE-1B-7B (16 layers, hidden 2048, 64 experts, top-8,
+expert FFN 1024, vocab 50304) or Qwen3-30B-A3B (48 layers, hidden 2048, 128
+experts, top-8, expert FFN 768, vocab 151936). The tensor names, shapes and
+keys are llama.cpp's (`olmoe`, `qwen3moe`); the weights are SYNTHETIC: Q4_0
+blocks of random nibbles under a small fixed scale (norms are ones), as no
+real MoE weights can be downloaded here. Every figure measured on these
+files says so.
+
+    python3 benches/residency/moe_gguf.py OUT.gguf [olmoe|qwen3moe] [--layers N] [--seed S]
+
+--layers keeps the layout but writes fewer layers (a small file for tests).
+Needs numpy and gguf (gguf-py).
+"""
+import argparse
+import numpy as np
+import gguf
+
+LAYOUTS = {
+    # arch: (layers, hidden, experts, used, expert_ffn, vocab, heads, kv_heads, head_dim, q/k norm width)
+    "olmoe": dict(layers=16, hidden=2048, experts=64, used=8, ffn=1024, vocab=50304,
+                  heads=16, kv_heads=16, head_dim=128, qk_norm="full", shared=False),
+    "qwen3moe": dict(layers=48, hidden=2048, experts=128, used=8, ffn=768, vocab=151936,
+                     heads=32, kv_heads=4, head_dim=128, qk_norm="head", shared=False),
+}
+
+Q4_0 = gguf.GGMLQuantizationType.Q4_0
+F32 = gguf.GGMLQuantizationType.F32
+BLOCK, BLOCK_BYTES = 32, 18
+# f16 0.0022: small enough that a matmul over thousands of random nibbles
+# stays finite.
+SCALE = np.frombuffer(np.float16(0.0022).tobytes(), dtype=np.uint8)
+
+
+def tensors(a):
+    """(name, ne (ggml order, innermost first), type) in llama.cpp's order."""
+    h, q = a["hidden"], a["heads"] * a["head_dim"]
+    kv = a["kv_heads"] * a["head_dim"]
+    out = [("token_embd.weight", [h, a["vocab"]], Q4_0)]
+    for i in range(a["layers"]):
+        b = f"blk.{i}."
+        out += [
+            (b + "attn_norm.weight", [h], F32),
+            (b + "attn_q.weight", [h, q], Q4_0),
+            (b + "attn_k.weight", [h, kv], Q4_0),
+            (b + "attn_v.weight", [h, kv], Q4_0),
+            (b + "attn_output.weight", [q, h], Q4_0),
+        ]
+        if a["qk_norm"] == "full":
+            out += [(b + "attn_q_norm.weight", [q], F32), (b + "attn_k_norm.weight", [kv], F32)]
+        else:
+            out += [(b + "attn_q_norm.weight", [a["head_dim"]], F32),
+                    (b + "attn_k_norm.weight", [a["head_dim"]], F32)]
+        out += [
+            (b + "ffn_norm.weight", [h], F32),
+            (b + "ffn_gate_inp.weight", [h, a["experts"]], F32),
+            (b + "ffn_gate_exps.weight", [h, a["ffn"], a["experts"]], Q4_0),
+            (b + "ffn_up_exps.weight", [h, a["ffn"], a["experts"]], Q4_0),
+            (b + "ffn_down_exps.weight", [a["ffn"], h, a["experts"]], Q4_0),
+        ]
+    out += [("output_norm.weight", [h], F32), ("output.weight", [h, a["vocab"]], Q4_0)]
+    return out
+
+
+def byte_shape(ne, ty):
+    """numpy shape (outermost first) of the tensor's bytes."""
+    shape = list(reversed(ne))
+    if ty == Q4_0:
+        shape[-1] = shape[-1] // BLOCK * BLOCK_BYTES
+    else:
+        shape[-1] *= 4
+    return shape
+
+
+def data(ne, ty, rng, name):
+    if ty == F32:
+        # Norms are ones; the router is small random values.
+        if "gate_inp" in name:
+            v = rng.standard_normal(int(np.prod(ne)), dtype=np.float32) * 0.02
+        else:
+            v = np.ones(int(np.prod(ne)), dtype=np.float32)
+        return v.view(np.uint8).reshape(byte_shape(ne, ty))
+    rows = int(np.prod(ne[1:]))
+    blocks = ne[0] // BLOCK
+    b = rng.integers(0, 256, size=(rows, blocks, BLOCK_BYTES), dtype=np.uint8)
+    b[:, :, 0:2] = SCALE
+    return b.reshape(byte_shape(ne, ty))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("out")
+    p.add_argument("arch", nargs="?", default="olmoe", choices=sorted(LAYOUTS))
+    p.add_argument("--layers", type=int)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    a = dict(LAYOUTS[args.arch])
+    if args.layers:
+        a["layers"] = args.layers
+    arch = args.arch
+    w = gguf.GGUFWriter(args.out, arch)
+    w.add_name(f"synthetic {arch} layout (random weights)")
+    w.add_block_count(a["layers"])
+    w.add_context_length(4096)
+    w.add_embedding_length(a["hidden"])
+    w.add_feed_forward_length(a["ffn"])
+    w.add_expert_feed_forward_length(a["ffn"])
+    w.add_head_count(a["heads"])
+    w.add_head_count_kv(a["kv_heads"])
+    w.add_key_length(a["head_dim"])
+    w.add_value_length(a["head_dim"])
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_expert_count(a["experts"])
+    w.add_expert_used_count(a["used"])
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
+    w.add_uint32("weightmap.synthetic", 1)
+    plan = tensors(a)
+    for name, ne, ty in plan:
+        shape = byte_shape(ne, ty)
+        w.add_tensor_info(name, shape, np.dtype(np.uint8), int(np.prod(shape)), raw_dtype=ty)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    rng = np.random.default_rng(args.seed)
+    for name, ne, ty in plan:
+        w.write_tensor_data(data(ne, ty, rng, name))
+    w.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Decode of a model larger than memory: a plain mapping against weightmap
+with announcements, side by side, cold, each run in a fresh cgroup-v1 memory
+cgroup of a fraction of the file's size, with the physical limit.
+
+    sudo python3 benches/residency/run.py REPLAY MODEL [--fractions 0.5,0.25]
+        [--routings uniform,zipf] [--tokens 12] [--rounds 1]
+
+REPLAY is the `moe_replay` example (cargo build --release --example
+moe_replay); MODEL a GGUF of llama.cpp's MoE layout (benches/residency/
+moe_gguf.py writes the OLMoE-1B-7B and Qwen3-30B-A3B layouts with SYNTHETIC
+weights). The routing is SYNTHETIC too (moe_replay's --routing).
+
+The physical limit: the bytes a token must read however it is cached (the
+fewer of the best fixed resident set and an LRU cache, each holding the
+cgroup's limit less 64 MiB), divided by this disk's O_DIRECT rate (dd
+iflag=direct bs=8M, measured here), and never more than the in-memory rate
+(the same replay on the page-cached file, no cgroup). Every run's checksum
+must be the in-memory run's: the same bytes were read.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import time
+
+ROOT = "/sys/fs/cgroup/memory"
+
+
+def evict(path):
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+
+
+def dd_rate(path):
+    """Bytes a second read with O_DIRECT, cold."""
+    evict(path)
+    t0 = time.perf_counter()
+    subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=8M", "iflag=direct"],
+                   check=True, capture_output=True)
+    return os.path.getsize(path) / (time.perf_counter() - t0)
+
+
+def replay(binary, model, args, limit=None):
+    """One replay's JSON, in a cgroup of `limit` bytes (None: none), with
+    whether the kernel's OOM killer ran in it."""
+    cmd = [binary, model, "--json", *args]
+    if limit is None:
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        return json.loads(out.stdout), 0
+    cg = f"{ROOT}/weightmap-residency-{os.getpid()}"
+    os.mkdir(cg)
+    try:
+        with open(f"{cg}/memory.limit_in_bytes", "w") as f:
+            f.write(str(limit))
+        out = subprocess.run(
+            ["sh", "-c", 'echo $$ > "$1/cgroup.procs"; shift; exec "$@"', "sh", cg, *cmd],
+            capture_output=True, text=True)
+        with open(f"{cg}/memory.oom_control") as f:
+            kills = int(next((l.split()[1] for l in f if l.startswith("oom_kill ")), "0"))
+        if out.returncode != 0:
+            return {"failed": out.returncode, "stderr": out.stderr[-300:]}, kills
+        return json.loads(out.stdout), kills
+    finally:
+        os.rmdir(cg)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("replay")
+    p.add_argument("model")
+    p.add_argument("--fractions", default="0.5,0.25")
+    p.add_argument("--routings", default="uniform,zipf")
+    p.add_argument("--tokens", type=int, default=12)
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--modes", default="plain,announce")
+    a = p.parse_args()
+    if os.geteuid() != 0 or not os.access(ROOT, os.W_OK):
+        print(f"SKIPPED: needs root and a writable cgroup-v1 memory controller at {ROOT}")
+        return
+    size = os.path.getsize(a.model)
+    rate = statistics.median(dd_rate(a.model) for _ in range(3))
+    print(f"model {a.model}: {size / 1e9:.2f} GB; O_DIRECT rate {rate / 1e9:.2f} GB/s "
+          f"(weights and routing SYNTHETIC)")
+    rows = []
+    for routing in a.routings.split(","):
+        common = ["--routing", routing, "--tokens", str(a.tokens)]
+        # In memory: the file read into the page cache first, no cgroup.
+        subprocess.run(["cat", a.model], stdout=subprocess.DEVNULL, check=True)
+        mem, _ = replay(a.replay, a.model, ["--mode", "plain", *common])
+        for fraction in (float(f) for f in a.fractions.split(",")):
+            limit = int(size * fraction)
+            runs = {m: [] for m in a.modes.split(",")}
+            for _ in range(a.rounds):
+                for mode in runs:
+                    evict(a.model)
+                    r, kills = replay(a.replay, a.model,
+                                      ["--mode", mode, "--budget", str(limit), *common], limit)
+                    r["oom_kills"] = kills
+                    runs[mode].append(r)
+            rows.append((routing, fraction, mem, runs, rate))
+            report(rows[-1])
+    print(json.dumps([{"routing": r, "fraction": f, "in_memory": m, "runs": x,
+                       "direct_rate": d} for r, f, m, x, d in rows]))
+
+
+def report(row):
+    routing, fraction, mem, runs, rate = row
+    missed = None
+    for r in runs["announce"] + runs["plain"]:
+        if "fixed_missed_per_token" in r:
+            missed = min(r["fixed_missed_per_token"], r["lru_missed_per_token"])
+            break
+    limit = mem["tok_s"] if not missed else min(mem["tok_s"], rate / missed)
+    print(f"\n{routing} routing, cgroup {fraction}x the file: in memory {mem['tok_s']:.2f} tok/s, "
+          f"{mem['touched_bytes_per_token'] / 1e6:.0f} MB touched a token; must read "
+          f"{(missed or 0) / 1e6:.0f} MB a token; physical limit {limit:.2f} tok/s")
+    for mode, rs in runs.items():
+        ok = [r for r in rs if "tok_s" in r]
+        if not ok:
+            print(f"  {mode:9s} failed: {rs}")
+            continue
+        tok_s = statistics.median(r["tok_s"] for r in ok)
+        first = statistics.median(r["first_token_ms"] for r in ok)
+        read = statistics.median(r["read_bytes_per_token"] for r in ok)
+        same = all(r["checksum"] == mem["checksum"] for r in ok)
+        kills = sum(r["oom_kills"] for r in rs)
+        print(f"  {mode:9s} {tok_s:7.2f} tok/s ({tok_s / limit:4.0%} of the limit)  first token "
+              f"{first:8.1f} ms  read {read / 1e6:7.0f} MB a token  bytes "
+              f"{'same' if same else 'DIFFER'}  OOM kills {kills}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,465 @@
+//! A decode replay on a mixture-of-experts GGUF (llama.cpp's layout:
+//! `blk.N.ffn_{gate,up,down}_exps.weight` with `ne[2] = n_expert`), for
+//! `benches/residency`: each token reads what a decode step reads (one row
+//! of the token embedding, every layer's dense tensors, the routed experts'
+//! slices of its expert tensors, the output matrix), with a stand-in for the
+//! compute (a sum of every 8-byte word, on `--threads` threads, which runs at
+//! the memory's rate as a quantized matrix-vector product does). The routing
+//! is SYNTHETIC, from a seed: `uniform` (each token's `expert_used_count`
+//! experts drawn uniformly) or `zipf` (a zipf law over a shuffled order per
+//! layer, each slot keeping its previous token's expert half the time).
+//!
+//! `--mode plain` maps the file as llama.cpp does (normal advice, no
+//! prefetch) and leaves every read to the page faults; `--mode announce`
+//! loads with weightmap's defaults and announces, as a ggml runtime's hook
+//! would: at each layer's start the next layer's dense tensors (the output
+//! matrix after the last), and the routed experts once the router has
+//! chosen them. Both modes read the same bytes and print the same checksum.
+//!
+//! With `--budget BYTES` (a memory cgroup's limit) it also prints the bytes
+//! a token must read however it is cached: the fewer of the best fixed
+//! resident set and an LRU cache of slices, each holding the budget less
+//! 64 MiB for the runtime.
+//!
+//! ```text
+//! cargo run --release --example moe_replay -- FILE --mode announce --routing zipf --tokens 16
+//! ```
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use weightmap::{AccessAdvice, AdvicePolicy, LoadOptions, Need, Prefetch, Weights};
+
+/// One tensor's part of a token's reads: all of it, one expert's slice, or
+/// one row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Part {
+    Whole(usize),
+    Expert(usize, u32),
+    Row(usize, u64),
+}
+
+struct Layer {
+    dense: Vec<usize>,
+    experts: Vec<usize>,
+}
+
+struct Model {
+    embd: usize,
+    layers: Vec<Layer>,
+    tail: Vec<usize>,
+    n_expert: u32,
+    n_used: u32,
+}
+
+struct Args {
+    file: String,
+    mode: String,
+    routing: String,
+    tokens: usize,
+    seed: u64,
+    threads: usize,
+    budget: Option<u64>,
+    json: bool,
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        file: String::new(),
+        mode: "announce".into(),
+        routing: "uniform".into(),
+        tokens: 8,
+        seed: 1,
+        threads: 2,
+        budget: None,
+        json: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = || {
+            it.next()
+                .unwrap_or_else(|| usage(&format!("{arg} needs a value")))
+        };
+        match arg.as_str() {
+            "--mode" => a.mode = value(),
+            "--routing" => a.routing = value(),
+            "--tokens" => a.tokens = value().parse().unwrap_or_else(|_| usage("--tokens")),
+            "--seed" => a.seed = value().parse().unwrap_or_else(|_| usage("--seed")),
+            "--threads" => a.threads = value().parse().unwrap_or_else(|_| usage("--threads")),
+            "--budget" => a.budget = Some(value().parse().unwrap_or_else(|_| usage("--budget"))),
+            "--json" => a.json = true,
+            f if !f.starts_with('-') && a.file.is_empty() => a.file = f.to_owned(),
+            other => usage(&format!("unknown argument {other}")),
+        }
+    }
+    let known = ["plain", "announce"].contains(&a.mode.as_str())
+        && ["uniform", "zipf"].contains(&a.routing.as_str());
+    if a.file.is_empty() || !known || a.tokens == 0 || a.threads == 0 {
+        usage("FILE, --mode plain|announce, --routing uniform|zipf");
+    }
+    a
+}
+
+fn usage(why: &str) -> ! {
+    eprintln!("moe_replay: {why}\nusage: moe_replay FILE [--mode plain|announce] [--routing uniform|zipf] [--tokens N] [--seed S] [--threads T] [--budget BYTES] [--json]");
+    std::process::exit(2)
+}
+
+fn model_of(w: &Weights) -> Model {
+    let index = |name: &str| w.tensor_index(name);
+    let need = |name: &str| index(name).unwrap_or_else(|| usage(&format!("no tensor {name}")));
+    let md = w
+        .gguf_metadata()
+        .unwrap_or_else(|| usage("not a GGUF file"));
+    let arch = md
+        .get_str("general.architecture")
+        .unwrap_or("llama")
+        .to_owned();
+    let n_used = md
+        .get_u32(&format!("{arch}.expert_used_count"))
+        .unwrap_or(8);
+    let mut layers = Vec::new();
+    while index(&format!("blk.{}.attn_norm.weight", layers.len())).is_some() {
+        let prefix = format!("blk.{}.", layers.len());
+        let mut layer = Layer {
+            dense: Vec::new(),
+            experts: Vec::new(),
+        };
+        for i in (0..w.len()).filter(|&i| w.tensor_at(i).unwrap().name().starts_with(&prefix)) {
+            match w.tensor_at(i).unwrap().name().contains("_exps.") {
+                true => layer.experts.push(i),
+                false => layer.dense.push(i),
+            }
+        }
+        layers.push(layer);
+    }
+    let n_expert = layers
+        .iter()
+        .flat_map(|l| &l.experts)
+        .map(|&i| w.tensor_at(i).unwrap().info().experts())
+        .max()
+        .unwrap_or(0) as u32;
+    let mut tail = vec![need("output_norm.weight")];
+    tail.extend(index("output.weight"));
+    Model {
+        embd: need("token_embd.weight"),
+        layers,
+        tail,
+        n_expert,
+        n_used: n_used.min(n_expert),
+    }
+}
+
+/// splitmix64: the routing's and the token ids' randomness.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Each token's experts, per layer: `[token][layer] -> ids`.
+fn routing(m: &Model, a: &Args) -> Vec<Vec<Vec<u32>>> {
+    let mut rng = Rng(a.seed);
+    let (n, k) = (m.n_expert.max(1), m.n_used as usize);
+    // zipf: a shuffled order per layer, and the law's cumulative weights.
+    let orders: Vec<Vec<u32>> = (0..m.layers.len())
+        .map(|_| {
+            let mut o: Vec<u32> = (0..n).collect();
+            for i in (1..o.len()).rev() {
+                o.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+            o
+        })
+        .collect();
+    let weights: Vec<f64> = (1..=n).map(|r| 1.0 / f64::from(r)).collect();
+    let total: f64 = weights.iter().sum();
+    let draw_zipf = |rng: &mut Rng, layer: usize| {
+        let mut u = rng.unit() * total;
+        for (r, w) in weights.iter().enumerate() {
+            if u < *w {
+                return orders[layer][r];
+            }
+            u -= w;
+        }
+        orders[layer][n as usize - 1]
+    };
+    let draw = |rng: &mut Rng, layer: usize| match a.routing.as_str() {
+        "zipf" => draw_zipf(rng, layer),
+        _ => rng.below(u64::from(n)) as u32,
+    };
+    let mut tokens: Vec<Vec<Vec<u32>>> = Vec::with_capacity(a.tokens);
+    for _ in 0..a.tokens {
+        let mut layers = Vec::with_capacity(m.layers.len());
+        let last_token = tokens.last();
+        for l in 0..m.layers.len() {
+            let previous = last_token.map(|p: &Vec<Vec<u32>>| &p[l]);
+            let mut chosen: Vec<u32> = Vec::with_capacity(k);
+            for slot in 0..k {
+                // zipf's temporal locality: a slot keeps its expert half the time.
+                let kept = previous
+                    .filter(|_| a.routing == "zipf" && rng.unit() < 0.5)
+                    .map(|p: &Vec<u32>| p[slot])
+                    .filter(|e| !chosen.contains(e));
+                let mut e = kept.unwrap_or_else(|| draw(&mut rng, l));
+                while chosen.contains(&e) {
+                    e = draw(&mut rng, l);
+                }
+                chosen.push(e);
+            }
+            layers.push(chosen);
+        }
+        tokens.push(layers);
+    }
+    tokens
+}
+
+/// The bytes of `part`.
+fn bytes_of(w: &Weights, part: Part) -> &[u8] {
+    let t = |i| w.tensor_at(i).unwrap();
+    match part {
+        Part::Whole(i) => t(i).host_bytes().unwrap(),
+        Part::Row(i, r) => t(i).row(r).unwrap(),
+        Part::Expert(i, e) => {
+            let t = t(i);
+            let info = t.info();
+            let range = info.expert_range(u64::from(e)).unwrap();
+            let start = (range.start - info.file_offset) as usize;
+            &t.host_bytes().unwrap()[start..start + (range.end - range.start) as usize]
+        }
+    }
+}
+
+/// The compute stand-in: the wrapping sum of every 8-byte word of `parts`,
+/// split over `threads`.
+fn compute(w: &Weights, parts: &[Part], threads: usize) -> u64 {
+    let slices: Vec<&[u8]> = parts.iter().map(|&p| bytes_of(w, p)).collect();
+    let total: usize = slices.iter().map(|s| s.len()).sum();
+    let per = total.div_ceil(threads).max(1);
+    // Cut the slices into `threads` runs of about `per` bytes each.
+    let mut runs: Vec<Vec<&[u8]>> = vec![Vec::new()];
+    let mut in_run = 0;
+    for s in slices {
+        let mut s = s;
+        while !s.is_empty() {
+            let take = (per - in_run).min(s.len());
+            runs.last_mut().unwrap().push(&s[..take]);
+            in_run += take;
+            s = &s[take..];
+            if in_run == per {
+                runs.push(Vec::new());
+                in_run = 0;
+            }
+        }
+    }
+    let sum = |run: &[&[u8]]| {
+        run.iter().fold(0u64, |acc, s| {
+            let mut words = s.chunks_exact(8);
+            let acc = words.by_ref().fold(acc, |a, c| {
+                a.wrapping_add(u64::from_le_bytes(c.try_into().unwrap()))
+            });
+            words
+                .remainder()
+                .iter()
+                .fold(acc, |a, &b| a.wrapping_add(u64::from(b)))
+        })
+    };
+    std::thread::scope(|sc| {
+        let handles: Vec<_> = runs.iter().map(|r| sc.spawn(move || sum(r))).collect();
+        handles
+            .into_iter()
+            .fold(0u64, |a, h| a.wrapping_add(h.join().unwrap()))
+    })
+}
+
+fn read_bytes() -> u64 {
+    let io = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
+    io.lines()
+        .find_map(|l| l.strip_prefix("read_bytes: "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// What each token reads, in order: `[token] -> parts`, and where each
+/// layer's experts start in it.
+fn token_parts(m: &Model, w: &Weights, route: &[Vec<u32>], token_id: u64) -> Vec<Vec<Part>> {
+    let rows = w.tensor_at(m.embd).unwrap().n_rows();
+    let mut steps = vec![vec![Part::Row(m.embd, token_id % rows)]];
+    for (l, layer) in m.layers.iter().enumerate() {
+        steps.push(layer.dense.iter().map(|&i| Part::Whole(i)).collect());
+        let experts = route[l].iter();
+        steps.push(
+            experts
+                .flat_map(|&e| layer.experts.iter().map(move |&i| Part::Expert(i, e)))
+                .collect(),
+        );
+    }
+    steps.push(m.tail.iter().map(|&i| Part::Whole(i)).collect());
+    steps
+}
+
+/// Announce `parts` (the announce mode's hook).
+fn announce(w: &Weights, parts: &[Part]) {
+    let mut by_tensor: HashMap<usize, Vec<i32>> = HashMap::new();
+    let mut whole = Vec::new();
+    for &p in parts {
+        match p {
+            Part::Whole(i) => whole.push(Need::tensor(i)),
+            Part::Expert(i, e) => by_tensor.entry(i).or_default().push(e as i32),
+            Part::Row(..) => {}
+        }
+    }
+    let mut needs = whole;
+    needs.extend(by_tensor.iter().map(|(&i, e)| Need::experts(i, e)));
+    w.prefetch(&needs)
+        .expect("announcements of the file's own tensors");
+}
+
+fn size_of(w: &Weights, p: Part) -> u64 {
+    bytes_of(w, p).len() as u64
+}
+
+/// Bytes a token must read with the best fixed resident set and with an
+/// LRU cache, each of `capacity` bytes, over `steps` (tokens of steps).
+fn missed_per_token(w: &Weights, tokens: &[Vec<Vec<Part>>], capacity: u64) -> (f64, f64) {
+    let mut count: HashMap<Part, u64> = HashMap::new();
+    for p in tokens.iter().flatten().flatten() {
+        *count.entry(*p).or_default() += 1;
+    }
+    // Fixed: the most used parts first, until the capacity is full.
+    let mut ranked: Vec<(Part, u64)> = count.iter().map(|(p, c)| (*p, *c)).collect();
+    ranked.sort_by_key(|&(p, c)| (std::cmp::Reverse(c), size_of(w, p)));
+    let (mut held, mut resident) = (0u64, std::collections::HashSet::new());
+    for (p, _) in ranked {
+        let s = size_of(w, p);
+        if held + s <= capacity {
+            held += s;
+            resident.insert(p);
+        }
+    }
+    let n = tokens.len() as f64;
+    let fixed: u64 = tokens
+        .iter()
+        .flatten()
+        .flatten()
+        .filter(|p| !resident.contains(p))
+        .map(|&p| size_of(w, p))
+        .sum();
+    // LRU over the parts in the order they are read.
+    let (mut lru, mut last_use, mut held, mut missed, mut clock) = (
+        std::collections::BTreeMap::new(),
+        HashMap::new(),
+        0u64,
+        0u64,
+        0u64,
+    );
+    for &p in tokens.iter().flatten().flatten() {
+        clock += 1;
+        let s = size_of(w, p);
+        if let Some(t) = last_use.insert(p, clock) {
+            lru.remove(&t);
+        } else {
+            missed += s;
+            held += s;
+            while held > capacity {
+                let Some((_, old)) = lru.pop_first() else {
+                    break;
+                };
+                last_use.remove(&old);
+                held -= size_of(w, old);
+            }
+        }
+        lru.insert(clock, p);
+    }
+    (fixed as f64 / n, missed as f64 / n)
+}
+
+fn main() {
+    let a = parse_args();
+    let opts = match a.mode.as_str() {
+        // llama.cpp's plain mapping, without its populate.
+        "plain" => LoadOptions::default()
+            .advice(AdvicePolicy::Uniform(AccessAdvice::Normal))
+            .prefetch(Prefetch::None),
+        _ => LoadOptions::default(),
+    };
+    let t0 = Instant::now();
+    // SAFETY: the benchmark's file is not changed while it runs.
+    let w = unsafe { Weights::load(&a.file, &opts) }.unwrap_or_else(|e| usage(&e.to_string()));
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let m = model_of(&w);
+    let route = routing(&m, &a);
+    let mut ids = Rng(a.seed ^ 0xdead_beef);
+    let tokens: Vec<Vec<Vec<Part>>> = route
+        .iter()
+        .map(|r| token_parts(&m, &w, r, ids.next()))
+        .collect();
+    let (mut checksum, mut token_ms, io0) = (0u64, Vec::new(), read_bytes());
+    let announcing = a.mode.starts_with("announce");
+    if a.mode == "announce-random" {
+        for &i in m.layers.iter().flat_map(|l| &l.experts) {
+            w.advise(w.tensor_at(i).unwrap().name(), AccessAdvice::Random)
+                .unwrap();
+        }
+    }
+    for (t, steps) in tokens.iter().enumerate() {
+        let start = Instant::now();
+        for (s, parts) in steps.iter().enumerate() {
+            if announcing {
+                // The next nodes' weights: the next layer's dense tensors
+                // (or the output, or the next token's first layer) as this
+                // step starts; a layer's experts once its router has run,
+                // just before they are read.
+                let next_dense = steps
+                    .get(s + 2)
+                    .or_else(|| tokens.get(t + 1).and_then(|n| n.get(1)));
+                if let Some(next) =
+                    next_dense.filter(|n| !n.iter().any(|p| matches!(p, Part::Expert(..))))
+                {
+                    announce(&w, next);
+                }
+                if parts.iter().any(|p| matches!(p, Part::Expert(..))) {
+                    announce(&w, parts);
+                }
+            }
+            checksum = checksum.wrapping_add(compute(&w, parts, a.threads));
+        }
+        token_ms.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    let read = read_bytes() - io0;
+    let touched: u64 = tokens
+        .iter()
+        .flatten()
+        .flatten()
+        .map(|&p| size_of(&w, p))
+        .sum();
+    let n = a.tokens as f64;
+    let steady: f64 = token_ms.iter().skip(1).sum::<f64>() / (n - 1.0).max(1.0);
+    let (fixed, lru) = a
+        .budget
+        .map(|b| missed_per_token(&w, &tokens, b.saturating_sub(64 << 20)))
+        .unwrap_or((f64::NAN, f64::NAN));
+    let json = format!(
+        "{{\"mode\": \"{}\", \"routing\": \"{}\", \"synthetic_routing\": true, \"tokens\": {}, \"layers\": {}, \"experts\": {}, \"used\": {}, \"load_ms\": {:.1}, \"first_token_ms\": {:.1}, \"tok_s\": {:.3}, \"read_bytes_per_token\": {:.0}, \"touched_bytes_per_token\": {:.0}, \"fixed_missed_per_token\": {}, \"lru_missed_per_token\": {}, \"checksum\": \"{checksum:016x}\"}}",
+        a.mode, a.routing, a.tokens, m.layers.len(), m.n_expert, m.n_used, load_ms, token_ms[0],
+        1e3 / steady, read as f64 / n, touched as f64 / n,
+        if fixed.is_nan() { "null".into() } else { format!("{fixed:.0}") },
+        if lru.is_nan() { "null".into() } else { format!("{lru:.0}") },
+    );
+    if a.json {
+        println!("{json}");
+    } else {
+        println!("{}", json.replace(", \"", "\n  \""));
+    }
+}
