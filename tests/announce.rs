@@ -136,3 +136,52 @@ fn streamed_weights_take_announcements_and_have_nothing_to_read() {
         .unwrap();
     assert!(w.prefetch(&[Need::experts(1, &[9])]).is_err());
 }
+
+#[test]
+fn over_budget_a_slice_whose_use_is_over_is_released_and_the_most_used_stay() {
+    let test = "over_budget_a_slice_whose_use_is_over_is_released_and_the_most_used_stay";
+    let dir = tempfile::tempdir().unwrap();
+    let path = moe_model(dir.path());
+    // Room for one 4 MiB expert beside the 8 MiB read whole and the
+    // runtime's 64 MiB: the weights (24 MiB) exceed the budget's share.
+    let budget = (64 + 8 + 4) * MIB as u64 + 4096;
+    let w = load(
+        &path,
+        &LoadOptions::default()
+            .prefetch(Prefetch::None)
+            .budget(budget),
+    );
+    let exps = w.tensor_index("blk.0.ffn_up_exps.weight").unwrap();
+    let name = "blk.0.ffn_up_exps.weight";
+    if !common::page_cache_observable(test) {
+        w.prefetch(&[Need::experts(exps, &[0])]).unwrap();
+        w.prefetch(&[Need::experts(exps, &[1])]).unwrap();
+        return;
+    }
+    evict(&path).unwrap();
+    w.prefetch(&[Need::experts(exps, &[0])]).unwrap();
+    let one = settled_fraction(&w, name);
+    assert!((0.24..=0.27).contains(&one), "{one}");
+    // Experts 1 and 2 next: expert 0's use is over and, the budget holding
+    // one slice, it is released: half the tensor stays, not three quarters.
+    w.prefetch(&[Need::experts(exps, &[1, 2])]).unwrap();
+    let fraction = || w.residency(name).unwrap().unwrap().fraction();
+    let t0 = Instant::now();
+    while fraction() < 0.45 && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let after = fraction();
+    assert!(
+        (0.49..=0.52).contains(&after),
+        "{after}: expert 0 was not released"
+    );
+    // Within the budget, nothing is released.
+    let roomy = load(&path, &LoadOptions::default().prefetch(Prefetch::None));
+    evict(&path).unwrap();
+    roomy.prefetch(&[Need::experts(exps, &[0])]).unwrap();
+    settled_fraction(&roomy, name);
+    roomy.prefetch(&[Need::experts(exps, &[1])]).unwrap();
+    let both = settled_fraction(&roomy, name);
+    assert!((0.49..=0.52).contains(&both), "{both}");
+}

@@ -119,8 +119,9 @@ impl Drop for Started {
     }
 }
 
-/// The thread's loop: for each announcement, the expert tensors it names
-/// first are read only as announced from then on, the slices whose use is
+/// The thread's loop: for each announcement, where the weights exceed the
+/// budget, the expert tensors it names first are read only as announced
+/// from then on; the slices whose use is
 /// over and that do not stay resident are released, and every announced
 /// range is read ahead.
 fn serve(rx: Receiver<Announced>, mut residency: Residency) {
@@ -132,7 +133,7 @@ fn serve(rx: Receiver<Announced>, mut residency: Residency) {
         let base = a.map.addr();
         let at = |r: &Range| (base + r.0, base + r.1);
         for (tensor, slices) in &a.experts {
-            if advised.insert(base + tensor.0) {
+            if residency.exceeds_budget() && advised.insert(base + tensor.0) {
                 read_only_as_announced(&a.map, tensor.0, tensor.1);
             }
             let slices: Vec<Range> = slices.iter().map(at).collect();

@@ -317,7 +317,9 @@ pub(crate) fn drop_from(last_end: u64, floor: u64) -> u64 {
 }
 
 /// Turn off the read-ahead of the fault path over `[start, end)` of `map`,
-/// a tensor whose experts the runtime announces: from then on a fault reads
+/// a tensor whose experts the runtime announces, in weights that exceed the
+/// memory budget (where they fit, the prefetch reads every tensor whole and
+/// the advice would only slow it): from then on a fault reads
 /// only its page, and the announcements read what is used. Left to the
 /// kernel's read-ahead, each fault on an expert's slice reads around it
 /// (the device's read-ahead, and huge-page folios) into experts no token

@@ -62,6 +62,13 @@ impl Residency {
         }
     }
 
+    /// Whether the weights exceed what the budget holds beside the
+    /// runtime's reserve: only then is anything streamed or released.
+    pub(crate) fn exceeds_budget(&self) -> bool {
+        self.budget
+            .is_some_and(|b| self.mapped > b.saturating_sub(RUNTIME_RESERVE))
+    }
+
     /// The bytes of expert slices that may stay resident: the budget less
     /// the runtime's reserve and every tensor read whole.
     fn capacity(&self) -> u64 {
@@ -148,6 +155,7 @@ mod tests {
     fn where_the_weights_fit_nothing_is_released() {
         let (t, e) = slices(0);
         let mut r = Residency::new(Some(1 << 40), 4 * MIB as u64);
+        assert!(!r.exceeds_budget());
         assert!(r.announce(t, &[e[0], e[1]]).is_empty());
         assert!(r.announce(t, &[e[2], e[3]]).is_empty());
         assert_eq!(r.split(), (4 * MIB as u64, 0));
@@ -162,6 +170,7 @@ mod tests {
         // Room for two 1 MiB slices beside 2 MiB read whole.
         let budget = RUNTIME_RESERVE + 4 * MIB as u64;
         let mut r = Residency::new(Some(budget), 6 * MIB as u64);
+        assert!(r.exceeds_budget());
         // Expert 0 is used by every token; 1, 2, 3 in turn.
         assert!(r.announce(t, &[e[0], e[1]]).is_empty());
         // e1's use is over; e0 (2 uses) and e2 (as used, and more recent)
