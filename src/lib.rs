@@ -33,7 +33,7 @@ pub use os::{
 };
 pub use page_plan::{
     AdvicePolicy, Prefetch, PrefetchDecision, PrefetchProgress, PrefetchState, ProgressFn, Reread,
-    RereadRefusal, SkipReason,
+    RereadRefusal, ResidencyPlan, SkipReason,
 };
 pub use tensor::{Element, Parse, TensorInfo, TensorTable};
 pub use types::TensorType;

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use weightmap::gguf::Writer;
 use weightmap::{
-    evict, Error, ErrorKind, LoadMode, LoadOptions, Need, Prefetch, TensorType, Weights,
+    evict, Error, ErrorKind, LoadMode, LoadOptions, Need, Prefetch, ResidencyPlan, TensorType,
+    Weights,
 };
 
 const MIB: usize = 1 << 20;
@@ -153,6 +154,17 @@ fn over_budget_a_slice_whose_use_is_over_is_released_and_the_most_used_stay() {
     );
     let exps = w.tensor_index("blk.0.ffn_up_exps.weight").unwrap();
     let name = "blk.0.ffn_up_exps.weight";
+    let whole = (8 * MIB + 64) as u64;
+    assert_eq!(
+        w.report().residency,
+        ResidencyPlan::StreamExperts {
+            whole,
+            experts: 16 * MIB as u64,
+            expert_capacity: budget - (64 << 20) - whole,
+            budget,
+        }
+    );
+    assert_eq!(w.report().residency.name(), "stream_experts");
     if !common::page_cache_observable(test) {
         w.prefetch(&[Need::experts(exps, &[0])]).unwrap();
         w.prefetch(&[Need::experts(exps, &[1])]).unwrap();
@@ -184,4 +196,34 @@ fn over_budget_a_slice_whose_use_is_over_is_released_and_the_most_used_stay() {
     roomy.prefetch(&[Need::experts(exps, &[1])]).unwrap();
     let both = settled_fraction(&roomy, name);
     assert!((0.49..=0.52).contains(&both), "{both}");
+}
+
+#[test]
+fn the_report_says_what_stays_resident_and_a_budget_below_the_dense_part_still_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = moe_model(dir.path());
+    let fits = load(&path, &LoadOptions::default().budget(1 << 40));
+    assert_eq!(fits.report().residency, ResidencyPlan::Fits);
+    // Not even the 8 MiB read whole fit beside the runtime's 64 MiB.
+    let tight = LoadOptions::default().budget(68 * MIB as u64);
+    let w = load(&path, &tight);
+    let mapped = (24 * MIB + 64) as u64;
+    let all = ResidencyPlan::StreamAll {
+        mapped,
+        budget: 68 * MIB as u64,
+    };
+    assert_eq!(w.report().residency, all);
+    assert!(w.report().residency.to_string().starts_with("stream all: "));
+    // It runs: announcements and reads work as ever.
+    w.prefetch(&[Need::tensor(0), Need::experts(1, &[1, 2])])
+        .unwrap();
+    assert_eq!(
+        w.tensor("b").unwrap().to_vec().unwrap(),
+        common::pattern(3, 4 * MIB)
+    );
+    let streamed = load(
+        &path,
+        &tight.clone().mode(LoadMode::Stream).ignore_budget(true),
+    );
+    assert_eq!(streamed.report().residency, ResidencyPlan::Fits);
 }

@@ -46,7 +46,12 @@ const FOLDER_LAYERS: &[(&str, &[&[&str]])] = &[
     ),
     (
         "page_plan",
-        &[&["choices"], &["plan"], &["announce", "prefetch"], &["mod"]],
+        &[
+            &["choices", "residency"],
+            &["plan"],
+            &["announce", "prefetch"],
+            &["mod"],
+        ],
     ),
 ];
 

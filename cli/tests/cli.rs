@@ -354,6 +354,8 @@ fn load_both_modes_give_the_same_bytes() {
         "prefetched_bytes",
         "prefetch_reread_bytes",
         "reread_small_folios",
+        "residency",
+        "residency_kind",
         "random_access_tensors",
         "shards",
         "shard_files",
@@ -562,6 +564,9 @@ fn load_touch_and_evict_report_ready_time_faults_and_residency() {
     }
     let stream = load_json(&f, "stream", &["--touch"]);
     assert_eq!(stream["prefetch_kind"], "not_mapped");
+    // A model that fits keeps every tensor resident, either way.
+    assert_eq!(plain["residency_kind"], "fits");
+    assert_eq!(stream["residency_kind"], "fits");
     let random = load_json(&f, "mmap", &["--advice", "random", "--prefetch", "off"]);
     assert_eq!(random["prefetch"], "off");
 

@@ -520,6 +520,7 @@ impl PyWeights {
         d.set_item("budget_bytes", r.budget.bytes)?;
         d.set_item("budget_source", &r.budget.source)?;
         d.set_item("reread_small_folios", r.reread.to_string())?;
+        d.set_item("residency", r.residency.to_string())?;
         Ok(d)
     }
 

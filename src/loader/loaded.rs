@@ -9,6 +9,7 @@ use crate::buffer::{Buffer, Placement};
 use crate::error::FallbackReason;
 use crate::format::Header;
 use crate::os::Mapping;
+use crate::page_plan::plan::plan_residency;
 use crate::page_plan::prefetch::Prefetcher;
 use crate::page_plan::{PrefetchDecision, Reread};
 
@@ -81,6 +82,9 @@ pub(crate) struct Loaded {
     pub read: Option<ReadReport>,
     /// The memory budget the load was held to.
     pub budget: Budget,
+    /// Bytes of the mapped tensors read whole and of the mapped expert
+    /// tensors (0 and 0 on the stream path).
+    pub whole_and_expert_bytes: (u64, u64),
 }
 
 impl Loaded {
@@ -129,6 +133,11 @@ impl Loaded {
             read: self.read.clone(),
             shards: Vec::new(),
             warnings: Vec::new(),
+            residency: plan_residency(
+                self.budget.bytes,
+                self.whole_and_expert_bytes.0,
+                self.whole_and_expert_bytes.1,
+            ),
             budget: self.budget.clone(),
             random_access_tensors: self
                 .random_access

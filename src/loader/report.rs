@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::error::FallbackReason;
 use crate::format::Format;
-use crate::page_plan::{PrefetchDecision, Reread};
+use crate::page_plan::{PrefetchDecision, Reread, ResidencyPlan};
 
 use std::path::PathBuf;
 
@@ -188,6 +188,9 @@ pub struct LoadReport {
     pub random_access_tensors: Vec<String>,
     /// The memory budget the load was held to.
     pub budget: Budget,
+    /// What stays resident when the mapped tensors are larger than the
+    /// budget, and what streams through as the runtime announces it.
+    pub residency: ResidencyPlan,
 }
 
 /// The memory the process may still use, as the load read it when it

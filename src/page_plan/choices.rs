@@ -293,3 +293,81 @@ impl fmt::Display for RereadRefusal {
 /// [`LoadOptions::PROGRESS_STEP`](crate::LoadOptions::PROGRESS_STEP) bytes
 /// and once at the end.
 pub type ProgressFn = Arc<dyn Fn(u64, u64) -> ControlFlow<()> + Send + Sync>;
+
+/// What stays resident when the mapped weights are larger than the memory
+/// budget ([`LoadReport::residency`](crate::LoadReport::residency)); the
+/// runtime's announcements ([`Weights::prefetch`](crate::Weights::prefetch))
+/// carry it out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ResidencyPlan {
+    /// The mapped tensors fit in the budget less the runtime's 64 MiB (or
+    /// the budget is unknown, or nothing is mapped): every page stays
+    /// resident once read.
+    Fits,
+    /// Larger than the budget: the tensors read whole (norms, attention,
+    /// routers, shared experts) stay resident, and the expert tensors'
+    /// slices (`ffn_*_exps`) stream through as the runtime announces them,
+    /// the most used of them kept, up to `expert_capacity` bytes.
+    StreamExperts {
+        /// Bytes of the tensors read whole.
+        whole: u64,
+        /// Bytes of the expert tensors.
+        experts: u64,
+        /// Bytes of expert slices that stay resident.
+        expert_capacity: u64,
+        /// The memory budget.
+        budget: u64,
+    },
+    /// Larger than the budget, with no room for any expert slice beside the
+    /// tensors read whole (or no expert tensors at all): every tensor
+    /// streams through the page cache, read ahead as announced. The load
+    /// still runs.
+    StreamAll {
+        /// Bytes of the mapped tensors.
+        mapped: u64,
+        /// The memory budget.
+        budget: u64,
+    },
+}
+
+impl ResidencyPlan {
+    /// A short, stable name: `"fits"`, `"stream_experts"`, `"stream_all"`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ResidencyPlan::Fits => "fits",
+            ResidencyPlan::StreamExperts { .. } => "stream_experts",
+            ResidencyPlan::StreamAll { .. } => "stream_all",
+        }
+    }
+}
+
+impl fmt::Display for ResidencyPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ResidencyPlan::Fits => write!(f, "fits: every tensor stays resident"),
+            ResidencyPlan::StreamExperts {
+                whole,
+                experts,
+                expert_capacity,
+                budget,
+            } => write!(
+                f,
+                "stream experts: over the memory budget ({}), the tensors read whole ({}) stay \
+                 resident, the expert tensors ({}) stream as announced, the most used {} of \
+                 them kept",
+                mib(*budget),
+                mib(*whole),
+                mib(*experts),
+                mib(*expert_capacity)
+            ),
+            ResidencyPlan::StreamAll { mapped, budget } => write!(
+                f,
+                "stream all: {} of tensors over a memory budget ({}) that holds not even \
+                 those read whole; every tensor streams, read ahead as announced",
+                mib(*mapped),
+                mib(*budget)
+            ),
+        }
+    }
+}

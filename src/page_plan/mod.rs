@@ -59,6 +59,6 @@ pub(crate) mod prefetch;
 pub(crate) mod residency;
 
 pub use choices::{AdvicePolicy, Prefetch, PrefetchDecision, ProgressFn};
-pub use choices::{Reread, RereadRefusal, SkipReason};
+pub use choices::{Reread, RereadRefusal, ResidencyPlan, SkipReason};
 pub(crate) use plan::{PagePlan, PlanOptions};
 pub use prefetch::{PrefetchProgress, PrefetchState};

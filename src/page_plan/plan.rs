@@ -10,7 +10,8 @@ use crate::format::Header;
 use crate::os::{huge_page, AccessAdvice, Mapping};
 
 use super::choices::{AdvicePolicy, Prefetch, PrefetchDecision, ProgressFn};
-use super::choices::{Reread, RereadRefusal, SkipReason};
+use super::choices::{Reread, RereadRefusal, ResidencyPlan, SkipReason};
+use super::residency::{expert_capacity, RUNTIME_RESERVE};
 
 /// Reads the memory the process may still use, in bytes (the load's
 /// budget, re-read as the prefetch runs).
@@ -40,6 +41,9 @@ pub(crate) struct PagePlan {
     /// What the prefetcher is to do, handed to it whole once every tensor
     /// is placed.
     pub(crate) prefetch: PrefetchTask,
+    /// Bytes of the mapped tensors read whole, and of the expert tensors
+    /// ([`is_expert_tensor`]), for [`plan_residency`].
+    pub(crate) whole_and_expert_bytes: (u64, u64),
 }
 
 /// The one value the prefetcher
@@ -82,6 +86,14 @@ impl PagePlan {
         let random_access = advise_access(map, header, asked.advice, start, end);
         let huge_pages = advise_huge_pages(map, asked.advice, start, end);
         let ranges = mapped_ranges(header, mapped.clone(), &[])?;
+        let tensors = header.tensors();
+        let whole_and_expert_bytes = mapped.clone().fold((0, 0), |(w, e), i| {
+            let t = tensors.at(i);
+            match is_expert_tensor(&t) {
+                true => (w, e + t.nbytes),
+                false => (w + t.nbytes, e),
+            }
+        });
         let in_order = mapped_ranges(header, mapped, &random_access)?;
         let decision = plan_prefetch(asked.prefetch, total_of(&ranges), budget, huge_pages);
         let reread = plan_reread(&asked, huge_pages, &decision);
@@ -97,7 +109,36 @@ impl PagePlan {
                 progress: asked.progress,
             },
             reread,
+            whole_and_expert_bytes,
         })
+    }
+}
+
+/// Whether a tensor holds a mixture of experts' weights, which a runtime
+/// reads an expert's slice at a time: ggml's `ffn_*_exps` tensors, whose
+/// outermost dimension counts experts.
+pub(crate) fn is_expert_tensor(t: &crate::TensorInfo<'_>) -> bool {
+    t.experts() > 0 && t.name.contains("_exps")
+}
+
+/// What stays resident of `whole` bytes of tensors read whole and
+/// `experts` bytes of expert tensors, mapped, under `budget` (bytes;
+/// `None`: unknown).
+pub(crate) fn plan_residency(budget: Option<u64>, whole: u64, experts: u64) -> ResidencyPlan {
+    let mapped = whole.saturating_add(experts);
+    match budget {
+        Some(budget) if mapped > budget.saturating_sub(RUNTIME_RESERVE) => {
+            match expert_capacity(Some(budget), whole) {
+                capacity if experts > 0 && capacity > 0 => ResidencyPlan::StreamExperts {
+                    whole,
+                    experts,
+                    expert_capacity: capacity,
+                    budget,
+                },
+                _ => ResidencyPlan::StreamAll { mapped, budget },
+            }
+        }
+        _ => ResidencyPlan::Fits,
     }
 }
 
@@ -559,6 +600,37 @@ mod tests {
         assert_eq!(drop_from(10 * h, 0), 9 * h);
         assert_eq!(drop_from(10 * h, 9 * h + 1), 9 * h + 1);
         assert_eq!(drop_from(h / 2, 0), 0);
+    }
+
+    #[test]
+    fn over_the_budget_experts_stream_and_below_the_dense_part_everything_does() {
+        let mib = 1u64 << 20;
+        assert_eq!(
+            plan_residency(None, 10 * mib, 90 * mib),
+            ResidencyPlan::Fits
+        );
+        assert_eq!(
+            plan_residency(Some(200 * mib), 10 * mib, 90 * mib),
+            ResidencyPlan::Fits
+        );
+        assert_eq!(
+            plan_residency(Some(100 * mib), 10 * mib, 90 * mib),
+            ResidencyPlan::StreamExperts {
+                whole: 10 * mib,
+                experts: 90 * mib,
+                expert_capacity: 26 * mib,
+                budget: 100 * mib
+            }
+        );
+        let all = |b| ResidencyPlan::StreamAll {
+            mapped: 100 * mib,
+            budget: b,
+        };
+        assert_eq!(
+            plan_residency(Some(70 * mib), 10 * mib, 90 * mib),
+            all(70 * mib)
+        );
+        assert_eq!(plan_residency(Some(70 * mib), 100 * mib, 0), all(70 * mib));
     }
 
     #[test]

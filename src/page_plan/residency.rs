@@ -15,6 +15,16 @@ use std::collections::HashMap;
 /// activations, its KV cache, the allocator's slack).
 pub(crate) const RUNTIME_RESERVE: u64 = 64 << 20;
 
+/// The bytes of expert slices that may stay resident under `budget`
+/// (`None`: unknown, no limit) beside `whole` bytes of tensors read whole:
+/// the budget less the runtime's reserve and those tensors.
+pub(crate) fn expert_capacity(budget: Option<u64>, whole: u64) -> u64 {
+    match budget {
+        None => u64::MAX,
+        Some(b) => b.saturating_sub(RUNTIME_RESERVE).saturating_sub(whole),
+    }
+}
+
 /// A range of one mapping: `[start, end)`.
 pub(crate) type Range = (usize, usize);
 
@@ -72,11 +82,7 @@ impl Residency {
     /// The bytes of expert slices that may stay resident: the budget less
     /// the runtime's reserve and every tensor read whole.
     fn capacity(&self) -> u64 {
-        let whole = self.mapped.saturating_sub(self.expert_bytes);
-        match self.budget {
-            None => u64::MAX,
-            Some(b) => b.saturating_sub(RUNTIME_RESERVE).saturating_sub(whole),
-        }
+        expert_capacity(self.budget, self.mapped.saturating_sub(self.expert_bytes))
     }
 
     /// Note that `slices` of the expert tensor `tensor` are read next, and

@@ -495,6 +495,8 @@ fn report_json(a: &Args, r: &LoadReport, m: &Measured) -> String {
         "prefetched_bytes": s.prefetched,
         "prefetch_reread_bytes": s.reread,
         "reread_small_folios": r.reread.to_string(),
+        "residency": r.residency.to_string(),
+        "residency_kind": r.residency.name(),
         "random_access_tensors": r.random_access_tensors,
         "shards": r.shards.len().max(1),
         "shard_files": r.shards.iter().map(|sh| json!({
@@ -592,6 +594,7 @@ fn report_rows(a: &Args, r: &LoadReport, m: &Measured) -> Vec<Vec<String>> {
         ("files:", files_text(r)),
         ("budget:", budget_text(r)),
         ("prefetch:", r.prefetch.to_string()),
+        ("residency:", r.residency.to_string()),
         ("reads:", reads),
         ("random-access tensors:", random_access),
         ("resident before:", pct(m.resident_before)),

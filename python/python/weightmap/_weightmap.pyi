@@ -49,7 +49,9 @@ class Weights:
         """format, mode_requested, mode_used, fallback, fallback_detail,
         tensors_count, tensors_mapped, tensors_copied, bytes_mapped,
         bytes_copied, file_len, shards, budget_bytes, budget_source,
-        reread_small_folios ("off", "on", or "refused: <why>")."""
+        reread_small_folios ("off", "on", or "refused: <why>"), residency
+        ("fits: ...", "stream experts: ..." or "stream all: ...": what stays
+        resident when the weights exceed the memory budget)."""
     def huge_pages(self) -> Dict[str, Optional[int]]:
         """Bytes of the tensors in huge pages, measured now: mapped_bytes,
         mapped_resident, mapped_huge, mapped_huge_capacity, mapped_small,

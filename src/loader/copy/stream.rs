@@ -187,6 +187,7 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
         map: None,
         prefetcher: None,
         prefetch: PrefetchDecision::NotMapped,
+        whole_and_expert_bytes: (0, 0),
         random_access: Vec::new(),
         reread: match opts.reread_small_folios {
             true => Reread::Refused(RereadRefusal::NotMapped),

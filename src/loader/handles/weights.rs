@@ -10,7 +10,7 @@ use crate::format::{Format, Header};
 use crate::gguf::Metadata;
 use crate::os::{AccessAdvice, Mapping, Residency};
 use crate::page_plan::announce::Announcer;
-use crate::page_plan::plan::shard_prefetch;
+use crate::page_plan::plan::{plan_residency, shard_prefetch};
 use crate::page_plan::prefetch::Prefetcher;
 use crate::page_plan::{PrefetchProgress, PrefetchState};
 use crate::tensor::TensorInfo;
@@ -839,6 +839,11 @@ fn combine_reports(
             r.fallback = e.fallback.clone();
         }
     }
+    let (whole, experts) = parts.iter().fold((0, 0), |(w, e), p| {
+        let (pw, pe) = p.loaded().whole_and_expert_bytes;
+        (w + pw, e + pe)
+    });
+    r.residency = plan_residency(r.budget.bytes, whole, experts);
     r.warnings = warnings;
     r.elapsed = t0.elapsed();
     r
