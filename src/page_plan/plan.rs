@@ -117,7 +117,7 @@ impl PagePlan {
 /// Whether a tensor holds a mixture of experts' weights, which a runtime
 /// reads an expert's slice at a time: ggml's `ffn_*_exps` tensors, whose
 /// outermost dimension counts experts.
-pub(crate) fn is_expert_tensor(t: &crate::TensorInfo<'_>) -> bool {
+pub(crate) fn is_expert_tensor(t: &crate::tensor::TensorInfo<'_>) -> bool {
     t.experts() > 0 && t.name.contains("_exps")
 }
 
