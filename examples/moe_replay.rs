@@ -14,7 +14,9 @@
 //! loads with weightmap's defaults and announces, as a ggml runtime's hook
 //! would: at each layer's start the next layer's dense tensors (the output
 //! matrix after the last), and the routed experts once the router has
-//! chosen them. Both modes read the same bytes and print the same checksum.
+//! chosen them; `--mode defaults` loads as `announce` does and announces
+//! nothing (what announcing costs where the weights fit). Every mode reads
+//! the same bytes and prints the same checksum.
 //!
 //! With `--budget BYTES` (a memory cgroup's limit) it also prints the bytes
 //! a token must read however it is cached: the fewer of the best fixed
@@ -92,16 +94,16 @@ fn parse_args() -> Args {
             other => usage(&format!("unknown argument {other}")),
         }
     }
-    let known = ["plain", "announce"].contains(&a.mode.as_str())
+    let known = ["plain", "defaults", "announce"].contains(&a.mode.as_str())
         && ["uniform", "zipf"].contains(&a.routing.as_str());
     if a.file.is_empty() || !known || a.tokens == 0 || a.threads == 0 {
-        usage("FILE, --mode plain|announce, --routing uniform|zipf");
+        usage("FILE, --mode plain|defaults|announce, --routing uniform|zipf");
     }
     a
 }
 
 fn usage(why: &str) -> ! {
-    eprintln!("moe_replay: {why}\nusage: moe_replay FILE [--mode plain|announce] [--routing uniform|zipf] [--tokens N] [--seed S] [--threads T] [--budget BYTES] [--json]");
+    eprintln!("moe_replay: {why}\nusage: moe_replay FILE [--mode plain|defaults|announce] [--routing uniform|zipf] [--tokens N] [--seed S] [--threads T] [--budget BYTES] [--json]");
     std::process::exit(2)
 }
 

@@ -109,7 +109,7 @@ def main():
 def report(row):
     routing, fraction, mem, runs, rate = row
     missed = None
-    for r in runs["announce"] + runs["plain"]:
+    for r in (r for rs in runs.values() for r in rs):
         if "fixed_missed_per_token" in r:
             missed = min(r["fixed_missed_per_token"], r["lru_missed_per_token"])
             break

@@ -48,6 +48,12 @@ pub(crate) struct Announcer {
     /// The way to the thread, once started; `None` inside when it could
     /// not start, and announcements are then read ahead by the caller.
     started: Mutex<Option<Started>>,
+    /// Where the weights fit, the ranges announced so far, by address:
+    /// what is read once stays, so each is read ahead the first time only.
+    /// A `WILLNEED` over cached pages still walks them, and waking the
+    /// thread costs a switch, both of which a runtime announcing every
+    /// token would otherwise pay on every token.
+    read_once: Option<Mutex<HashSet<Range>>>,
 }
 
 #[derive(Debug)]
@@ -60,16 +66,34 @@ impl Announcer {
     /// For weights whose mapped tensors hold `mapped` bytes, loaded under
     /// `budget` (`None`: unknown).
     pub(crate) fn new(budget: Option<u64>, mapped: u64) -> Announcer {
+        let fits = !Residency::new(budget, mapped).exceeds_budget();
         Announcer {
             budget,
             mapped,
             started: Mutex::new(None),
+            read_once: fits.then(|| Mutex::new(HashSet::new())),
         }
     }
 
     /// Queue the reads of `announced`: on the thread, or here when the
     /// thread cannot be started.
-    pub(crate) fn announce(&self, announced: Vec<Announced>) {
+    pub(crate) fn announce(&self, mut announced: Vec<Announced>) {
+        if let Some(read_once) = &self.read_once {
+            let mut seen = read_once.lock().unwrap_or_else(|e| e.into_inner());
+            for a in &mut announced {
+                let base = a.map.addr();
+                let mut first = |r: &Range| seen.insert((base + r.0, base + r.1));
+                a.whole.retain(&mut first);
+                a.experts.retain_mut(|(_, slices)| {
+                    slices.retain(&mut first);
+                    !slices.is_empty()
+                });
+            }
+            announced.retain(|a| !a.whole.is_empty() || !a.experts.is_empty());
+            if announced.is_empty() {
+                return;
+            }
+        }
         let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
         let residency = || Residency::new(self.budget, self.mapped);
         let started = started.get_or_insert_with(|| Started::spawn(residency()));
@@ -121,9 +145,8 @@ impl Drop for Started {
 
 /// The thread's loop: for each announcement, where the weights exceed the
 /// budget, the expert tensors it names first are read only as announced
-/// from then on; the slices whose use is
-/// over and that do not stay resident are released, and every announced
-/// range is read ahead.
+/// from then on and the slices whose use is over and that do not stay
+/// resident are released; then every announced range is read ahead.
 fn serve(rx: Receiver<Announced>, mut residency: Residency) {
     // Expert tensors already advised, by address.
     let mut advised = HashSet::new();
@@ -132,8 +155,13 @@ fn serve(rx: Receiver<Announced>, mut residency: Residency) {
         // model in several tell theirs apart.
         let base = a.map.addr();
         let at = |r: &Range| (base + r.0, base + r.1);
-        for (tensor, slices) in &a.experts {
-            if residency.exceeds_budget() && advised.insert(base + tensor.0) {
+        // Where the weights fit, nothing is advised, kept or released.
+        let experts = match residency.exceeds_budget() {
+            true => &a.experts[..],
+            false => &[],
+        };
+        for (tensor, slices) in experts {
+            if advised.insert(base + tensor.0) {
                 read_only_as_announced(&a.map, tensor.0, tensor.1);
             }
             let slices: Vec<Range> = slices.iter().map(at).collect();
