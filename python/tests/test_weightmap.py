@@ -579,3 +579,4 @@ def test_prefetch_checks_every_need_and_the_weights_carry_on(tmp_path, mode):
         np.testing.assert_array_equal(
             w["blk.0.ffn_up_exps.weight"].view(np.float32).reshape(4, 2, 8), experts
         )
+        assert w.report()["residency"].startswith("fits: ")
