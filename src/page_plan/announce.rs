@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use super::plan::{merge, read_only_as_announced};
-use super::residency::{Range, Residency};
+use super::residency::{exceeds_budget, Range, Residency};
 use crate::os::Mapping;
 
 /// What one announcement reads of one mapping: offsets into it, as the
@@ -66,7 +66,7 @@ impl Announcer {
     /// For weights whose mapped tensors hold `mapped` bytes, loaded under
     /// `budget` (`None`: unknown).
     pub(crate) fn new(budget: Option<u64>, mapped: u64) -> Announcer {
-        let fits = !Residency::new(budget, mapped).exceeds_budget();
+        let fits = !exceeds_budget(budget, mapped);
         Announcer {
             budget,
             mapped,

@@ -11,7 +11,7 @@ use crate::os::{huge_page, AccessAdvice, Mapping};
 
 use super::choices::{AdvicePolicy, Prefetch, PrefetchDecision, ProgressFn};
 use super::choices::{Reread, RereadRefusal, ResidencyPlan, SkipReason};
-use super::residency::{expert_capacity, RUNTIME_RESERVE};
+use super::residency::{exceeds_budget, expert_capacity};
 
 /// Reads the memory the process may still use, in bytes (the load's
 /// budget, re-read as the prefetch runs).
@@ -127,7 +127,7 @@ pub(crate) fn is_expert_tensor(t: &crate::tensor::TensorInfo<'_>) -> bool {
 pub(crate) fn plan_residency(budget: Option<u64>, whole: u64, experts: u64) -> ResidencyPlan {
     let mapped = whole.saturating_add(experts);
     match budget {
-        Some(budget) if mapped > budget.saturating_sub(RUNTIME_RESERVE) => {
+        Some(budget) if exceeds_budget(Some(budget), mapped) => {
             match expert_capacity(Some(budget), whole) {
                 capacity if experts > 0 && capacity > 0 => ResidencyPlan::StreamExperts {
                     whole,

@@ -25,6 +25,12 @@ pub(crate) fn expert_capacity(budget: Option<u64>, whole: u64) -> u64 {
     }
 }
 
+/// Whether `mapped` bytes exceed what `budget` (`None`: unknown, no
+/// limit) holds beside the runtime's reserve.
+pub(crate) fn exceeds_budget(budget: Option<u64>, mapped: u64) -> bool {
+    budget.is_some_and(|b| mapped > b.saturating_sub(RUNTIME_RESERVE))
+}
+
 /// A range of one mapping: `[start, end)`.
 pub(crate) type Range = (usize, usize);
 
@@ -75,8 +81,7 @@ impl Residency {
     /// Whether the weights exceed what the budget holds beside the
     /// runtime's reserve: only then is anything streamed or released.
     pub(crate) fn exceeds_budget(&self) -> bool {
-        self.budget
-            .is_some_and(|b| self.mapped > b.saturating_sub(RUNTIME_RESERVE))
+        exceeds_budget(self.budget, self.mapped)
     }
 
     /// The bytes of expert slices that may stay resident: the budget less
