@@ -41,14 +41,15 @@ echo "== pip install maturin numpy pytest gguf safetensors ml_dtypes"
 # torch path against safetensors' own. The CPU-only wheel index is not
 # reachable from CI, so it is PyPI's wheel, which pulls CUDA's libraries:
 # 3.0 GB to download, 5.3 GB installed, 100 s on CI's machine without a
-# pip cache (python/README.md, "CI"); --no-compile saves a fifth. Pinned, so
+# pip cache (python/README.md, "CI"); --no-compile saves a fifth, and
+# --no-cache-dir the 3.0 GB pip would keep (CI's disk is small). Pinned, so
 # that a warm venv is a no-op. WEIGHTMAP_TORCH=0 skips it (and the torch
 # tests skip, saying why); otherwise the tests require torch.
 TORCH_SPEC="torch==2.15.0"
 if [ "${WEIGHTMAP_TORCH:-1}" != 0 ]; then
   echo "== pip install $TORCH_SPEC"
   t0=$(date +%s)
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-compile "$TORCH_SPEC"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-compile --no-cache-dir "$TORCH_SPEC"
   echo "   torch: $(( $(date +%s) - t0 )) s, $(du -sm "$VENV" | cut -f1) MiB venv"
   export WEIGHTMAP_REQUIRE_TORCH=1
 fi
