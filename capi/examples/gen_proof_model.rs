@@ -4,7 +4,11 @@
 //! embedding of twice as many rows. The proof of the transform cache takes
 //! a large one, whose transformed bytes dwarf the process's own memory.
 //!
-//! `cargo run -p weightmap-capi --example gen_proof_model -- OUT.gguf [ROWS]`
+//! With `moe` for ROWS, a mixture-of-experts model instead, for the proof
+//! of the announcing hook (moe_hook.c): OLMoE's tensor names and layout, 2
+//! layers, embedding 256, 8 experts of FFN 128, 2 used per token, vocab 64.
+//!
+//! `cargo run -p weightmap-capi --example gen_proof_model -- OUT.gguf [ROWS|moe]`
 
 use half::f16;
 use weightmap::gguf::Writer;
@@ -64,14 +68,44 @@ fn data(ty: TensorType, ne0: u64, rows: u64, rng: &mut Rng) -> Vec<u8> {
     out
 }
 
-fn main() {
-    let usage = "usage: gen_proof_model OUT.gguf [ROWS]";
-    let out = std::env::args().nth(1).expect(usage);
-    let rows: u64 = std::env::args()
-        .nth(2)
-        .map_or(8, |r| r.parse().expect(usage));
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let mut w = Writer::new(32);
+/// The mixture-of-experts model: per layer an attention weight read whole,
+/// the router, and three expert tensors (`ne[2]` = the experts).
+fn moe(w: &mut Writer, rng: &mut Rng) {
+    let (embd, ff, experts, used, vocab) = (256u64, 128u64, 8u64, 2u64, 64u64);
+    w.kv_str("general.architecture", "olmoe");
+    w.kv_str("general.name", "weightmap ggml proof, mixture of experts");
+    w.kv_u32("olmoe.block_count", 2);
+    w.kv_u32("olmoe.expert_count", experts as u32);
+    w.kv_u32("olmoe.expert_used_count", used as u32);
+    let q8 = TensorType::Q8_0;
+    w.tensor(
+        "token_embd.weight",
+        q8,
+        &[embd, vocab],
+        data(q8, embd, vocab, rng),
+    );
+    for layer in 0..2 {
+        let name = |t: &str| format!("blk.{layer}.{t}.weight");
+        let (q4, f32) = (TensorType::Q4_0, TensorType::F32);
+        w.tensor(
+            &name("attn_q"),
+            q4,
+            &[embd, embd],
+            data(q4, embd, embd, rng),
+        );
+        let router = data(f32, embd, experts, rng);
+        w.tensor(&name("ffn_gate_inp"), f32, &[embd, experts], router);
+        for t in ["ffn_gate_exps", "ffn_up_exps"] {
+            let d = data(q4, embd, ff * experts, rng);
+            w.tensor(&name(t), q4, &[embd, ff, experts], d);
+        }
+        let d = data(q4, ff, embd * experts, rng);
+        w.tensor(&name("ffn_down_exps"), q4, &[ff, embd, experts], d);
+    }
+}
+
+/// One weight of each type, `rows` rows, and the token embedding.
+fn dense(w: &mut Writer, rng: &mut Rng, rows: u64) {
     w.kv_str("general.architecture", "llama");
     w.kv_str("general.name", "weightmap ggml proof");
     let ne0 = 256u64;
@@ -85,15 +119,30 @@ fn main() {
         TensorType::IQ4_NL,
     ] {
         let name = format!("proof.{}", ty.name().to_lowercase());
-        w.tensor(&name, ty, &[ne0, rows], data(ty, ne0, rows, &mut rng));
+        w.tensor(&name, ty, &[ne0, rows], data(ty, ne0, rows, rng));
     }
-    let embd = data(TensorType::Q8_0, ne0, 2 * rows, &mut rng);
+    let embd = data(TensorType::Q8_0, ne0, 2 * rows, rng);
     w.tensor(
         "token_embd.weight",
         TensorType::Q8_0,
         &[ne0, 2 * rows],
         embd,
     );
+}
+
+fn main() {
+    let usage = "usage: gen_proof_model OUT.gguf [ROWS|moe]";
+    let out = std::env::args().nth(1).expect(usage);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut w = Writer::new(32);
+    match std::env::args().nth(2).as_deref() {
+        Some("moe") => moe(&mut w, &mut rng),
+        rows => dense(
+            &mut w,
+            &mut rng,
+            rows.map_or(8, |r| r.parse().expect(usage)),
+        ),
+    }
     let file = std::fs::File::create(&out).expect("create the output file");
     w.write_with(file, |_, _| {}).expect("write the model");
     println!("wrote {out}");

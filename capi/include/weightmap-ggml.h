@@ -29,8 +29,10 @@
 #ifndef WEIGHTMAP_GGML_H
 #define WEIGHTMAP_GGML_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct wm_ggml {
     struct ggml_context *ctx;        /* one tensor per weight, by name */
@@ -117,6 +119,219 @@ static inline int wm_ggml_place(wm_weights *w, ggml_backend_buffer_type_t buft, 
     free(mapped);
     if (rc != WM_OK) wm_ggml_free(out);
     return rc;
+}
+
+
+/* ---- Announcing from a ggml graph: wm_ggml_announce ---------------------
+ *
+ * A ggml_backend_sched eval callback that makes a ggml runtime announce by
+ * itself (wm_prefetch) what it reads next, for weights larger than memory:
+ *
+ *     struct wm_ggml_announcer a;
+ *     if (wm_ggml_announcer_init(&a, w) == WM_OK) {
+ *         ggml_backend_sched_set_eval_callback(sched, wm_ggml_announce, &a);
+ *         // llama.cpp: cparams.cb_eval = wm_ggml_announce;
+ *         //            cparams.cb_eval_user_data = &a;
+ *         ...                              // compute graphs
+ *         wm_ggml_announcer_free(&a);      // after the last, before wm_free(w)
+ *     }
+ *
+ * The scheduler asks the callback about each node before computing it
+ * (ask = true), computes the nodes up to the first one the callback wants
+ * to see as one graph, and then shows it (ask = false). The announcer:
+ *   - announces each node's weights when the scheduler asks about the
+ *     node, so that they are read while the nodes before them compute;
+ *   - for ggml_mul_mat_id (src[0] the experts' weights, ne[2] = n_expert;
+ *     src[2] the ids), announces only the experts its ids name. The ids
+ *     are the router's top-k, which an I32 node computes (ARGSORT, TOP_K)
+ *     before the mul_mat_id: where the weights exceed the budget
+ *     (wm_residency), the announcer asks to see every I32 node that
+ *     computes, so that the ids are there when the scheduler asks about
+ *     the mul_mat_id, and reads them then (ggml_backend_tensor_get: any
+ *     backend). ids that are a graph input (op NONE) are read as they are;
+ *     ids it could not read leave that tensor unannounced (ids_unread);
+ *   - where the weights exceed the budget, asks to see a node once
+ *     `window` bytes (WM_GGML_WINDOW) have been announced since the last
+ *     node it saw, so that the reads run about a window ahead of the
+ *     compute instead of the whole graph's at once.
+ * Where the weights fit it asks to see no node: each split computes as one
+ * graph, as without the callback, and the expert tensors are announced
+ * whole (each range is read ahead once, the first time).
+ *
+ * Weights are found by name (the GGUF tensor's, as wm_ggml_place and
+ * llama.cpp name them), so the announcer also serves a runtime that maps
+ * the file itself: the reads bring the file's pages into the page cache,
+ * which both mappings share. A runtime's own eval callback goes in
+ * `next`/`next_data`: it is asked about every node and shown those it
+ * asked for, and its answer ends the compute as before. `on_announce`, when
+ * set, is told each announcement (the tensor's index, and its experts or
+ * none for the whole tensor): a log, or a test's check. */
+
+#define WM_GGML_WINDOW ((uint64_t)64 << 20)
+
+struct wm_ggml_announcer {
+    const wm_weights *w;
+    /* set by wm_ggml_announcer_init; the caller may change them after */
+    uint64_t window;                          /* bytes announced before a node is seen (paced only) */
+    ggml_backend_sched_eval_callback next;    /* the runtime's own callback, or NULL */
+    void *next_data;
+    void (*on_announce)(void *data, uint64_t tensor, const int32_t *experts, uint32_t n_experts);
+    void *on_announce_data;
+    /* what it did */
+    uint64_t announced;                       /* wm_prefetch calls that succeeded */
+    uint64_t ids_unread;                      /* mul_mat_ids whose experts could not be told */
+    int last_error;                           /* the last failing call's code, or WM_OK */
+    /* its state */
+    int paced;                                /* the weights exceed the budget */
+    uint64_t n, n_slots, *slots;              /* name -> index + 1, open addressing */
+    const char **names;
+    uint64_t *nbytes, *stamp, generation, in_flight;
+    const struct ggml_tensor *computed[8];    /* I32 nodes seen, newest at computed_next - 1 */
+    unsigned computed_next;
+    int32_t *scratch;                         /* the experts of one mul_mat_id */
+    uint64_t scratch_len;
+    bool next_asked;
+};
+
+static inline uint64_t wm_ggml__hash(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return h;
+}
+
+static inline void wm_ggml_announcer_free(struct wm_ggml_announcer *a) {
+    free(a->slots);
+    free(a->names);
+    free(a->nbytes);
+    free(a->stamp);
+    free(a->scratch);
+    memset(a, 0, sizeof *a);
+}
+
+static inline int wm_ggml_announcer_init(struct wm_ggml_announcer *a, const wm_weights *w) {
+    memset(a, 0, sizeof *a);
+    a->w = w;
+    a->window = WM_GGML_WINDOW;
+    a->n = wm_tensor_count(w);
+    a->n_slots = 16;
+    while (a->n_slots < 2 * a->n) a->n_slots *= 2;
+    a->slots = (uint64_t *)calloc((size_t)a->n_slots, sizeof(uint64_t));
+    a->names = (const char **)calloc((size_t)a->n + 1, sizeof(char *));
+    a->nbytes = (uint64_t *)calloc((size_t)a->n + 1, sizeof(uint64_t));
+    a->stamp = (uint64_t *)calloc((size_t)a->n + 1, sizeof(uint64_t));
+    if (!a->slots || !a->names || !a->nbytes || !a->stamp) {
+        wm_ggml_announcer_free(a);
+        return WM_ERR_NO_MEMORY;
+    }
+    struct wm_residency_plan r;
+    int rc = wm_residency(w, &r);
+    a->paced = rc == WM_OK && r.kind != WM_RESIDENCY_FITS;
+    for (uint64_t i = 0; rc == WM_OK && i < a->n; i++) {
+        wm_tensor t;
+        rc = wm_tensor_at(w, i, &t);
+        if (rc != WM_OK) break;
+        a->names[i] = t.name;
+        a->nbytes[i] = t.nbytes;
+        uint64_t s = wm_ggml__hash(t.name) & (a->n_slots - 1);
+        while (a->slots[s]) s = (s + 1) & (a->n_slots - 1);
+        a->slots[s] = i + 1;
+    }
+    if (rc != WM_OK) wm_ggml_announcer_free(a);
+    return rc;
+}
+
+/* The index of the weight `t` is (or views), or -1 when it is none. */
+static inline int64_t wm_ggml__weight(const struct wm_ggml_announcer *a, const struct ggml_tensor *t) {
+    if (t->view_src) t = t->view_src;
+    if (t->op != GGML_OP_NONE || !t->name[0]) return -1;
+    for (uint64_t s = wm_ggml__hash(t->name) & (a->n_slots - 1); a->slots[s]; s = (s + 1) & (a->n_slots - 1)) {
+        uint64_t i = a->slots[s] - 1;
+        if (strcmp(a->names[i], t->name) == 0) return (int64_t)i;
+    }
+    return -1;
+}
+
+static inline void wm_ggml__prefetch(struct wm_ggml_announcer *a, uint64_t i, const int32_t *experts, uint32_t k,
+                                     uint64_t bytes) {
+    wm_need need = {i, experts, k};
+    int rc = wm_prefetch(a->w, &need, 1);
+    if (rc != WM_OK) {
+        a->last_error = rc;
+        return;
+    }
+    a->announced++;
+    a->in_flight += bytes;
+    if (a->on_announce) a->on_announce(a->on_announce_data, i, experts, k);
+}
+
+/* Whether the data of `ids` can be read now: a graph input, or computed by
+ * an I32 node the announcer has seen. */
+static inline bool wm_ggml__ids_ready(const struct wm_ggml_announcer *a, const struct ggml_tensor *ids) {
+    const struct ggml_tensor *root = ids->view_src ? ids->view_src : ids;
+    if (root->op == GGML_OP_NONE) return root->data != NULL;
+    for (unsigned j = 0; j < 8; j++)
+        if (a->computed[j] == root) return true;
+    return false;
+}
+
+/* Announce the experts that mul_mat_id `t`'s ids name, of weight `i`;
+ * false when they cannot be read. */
+static inline bool wm_ggml__announce_experts(struct wm_ggml_announcer *a, const struct ggml_tensor *t, uint64_t i) {
+    const struct ggml_tensor *ids = t->src[2], *as = t->src[0];
+    int64_t n_expert = as->ne[2], k = ids->ne[0], rows = ids->ne[1] * ids->ne[2] * ids->ne[3];
+    if (!wm_ggml__ids_ready(a, ids) || !ids->buffer || ids->type != GGML_TYPE_I32 || ids->nb[0] != sizeof(int32_t) ||
+        n_expert <= 0 || k <= 0 || ids->ne[2] * ids->ne[3] != 1)
+        return false;
+    /* scratch: the distinct experts (n_expert at most), one row of ids
+     * (k), and whether each expert is chosen (n_expert) */
+    uint64_t need = 2 * (uint64_t)n_expert + (uint64_t)k;
+    if (a->scratch_len < need) {
+        int32_t *m = (int32_t *)realloc(a->scratch, (size_t)need * sizeof(int32_t));
+        if (!m) return false;
+        a->scratch = m;
+        a->scratch_len = need;
+    }
+    int32_t *distinct = a->scratch, *row = distinct + n_expert, *chosen = row + k;
+    memset(chosen, 0, (size_t)n_expert * sizeof(int32_t));
+    uint32_t n = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        ggml_backend_tensor_get((struct ggml_tensor *)ids, row, (size_t)(r * ids->nb[1]), (size_t)k * sizeof(int32_t));
+        for (int64_t j = 0; j < k; j++) {
+            int32_t e = row[j];
+            if (e < 0 || e >= n_expert) return false;
+            if (!chosen[e]) distinct[n++] = e;
+            chosen[e] = 1;
+        }
+    }
+    wm_ggml__prefetch(a, i, distinct, n, a->nbytes[i] / (uint64_t)n_expert * n);
+    return true;
+}
+
+static inline bool wm_ggml_announce(struct ggml_tensor *t, bool ask, void *user_data) {
+    struct wm_ggml_announcer *a = (struct wm_ggml_announcer *)user_data;
+    if (!ask) {
+        a->generation++;
+        a->in_flight = 0;
+        if (t->type == GGML_TYPE_I32) {
+            a->computed[a->computed_next % 8] = t;
+            a->computed_next++;
+        }
+        return a->next && a->next_asked ? a->next(t, false, a->next_data) : true;
+    }
+    for (int s = 0; s < GGML_MAX_SRC && t->src[s]; s++) {
+        int64_t i = wm_ggml__weight(a, t->src[s]);
+        if (i < 0 || a->stamp[i] == a->generation + 1) continue;
+        a->stamp[i] = a->generation + 1; /* once in each stretch between nodes seen */
+        if (t->op == GGML_OP_MUL_MAT_ID && s == 0 && a->paced) {
+            if (!wm_ggml__announce_experts(a, t, (uint64_t)i)) a->ids_unread++;
+        } else {
+            wm_ggml__prefetch(a, (uint64_t)i, NULL, 0, a->nbytes[i]);
+        }
+    }
+    a->next_asked = a->next ? a->next(t, true, a->next_data) : false;
+    bool see = a->paced && ((t->type == GGML_TYPE_I32 && t->op != GGML_OP_NONE && !t->view_src) ||
+                            a->in_flight >= a->window);
+    return see || a->next_asked;
 }
 
 #endif /* WEIGHTMAP_GGML_H */

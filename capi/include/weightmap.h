@@ -133,6 +133,24 @@
 #define WM_CACHE_IN_MEMORY 2
 
 /**
+ * [`wm_residency`]'s kind: the mapped tensors fit in the budget (or it is
+ * unknown); every page stays resident once read.
+ */
+#define WM_RESIDENCY_FITS 0
+
+/**
+ * [`wm_residency`]'s kind: over the budget, the tensors read whole stay
+ * resident and the expert tensors' slices stream as announced.
+ */
+#define WM_RESIDENCY_STREAM_EXPERTS 1
+
+/**
+ * [`wm_residency`]'s kind: over the budget with no room for expert slices
+ * (or no expert tensors): every tensor streams, read ahead as announced.
+ */
+#define WM_RESIDENCY_STREAM_ALL 2
+
+/**
  * Loaded weights: opaque. Made by [`wm_load`] (or [`wm_cache_load`]),
  * released by [`wm_free`].
  * Immutable once made; safe to read from many threads at once.
@@ -389,6 +407,42 @@ typedef struct wm_need {
    */
   uint32_t n_experts;
 } wm_need;
+
+/**
+ * What stays resident of the weights under the load's memory budget, and
+ * what streams through (the load report's residency). Byte fields that the
+ * kind does not give are 0.
+ */
+typedef struct wm_residency_plan {
+  /**
+   * [`WM_RESIDENCY_FITS`], [`WM_RESIDENCY_STREAM_EXPERTS`] or
+   * [`WM_RESIDENCY_STREAM_ALL`].
+   */
+  uint32_t kind;
+  /**
+   * Bytes of the tensors read whole (norms, attention, routers, shared
+   * experts), which stay resident (stream experts).
+   */
+  uint64_t whole;
+  /**
+   * Bytes of the expert tensors (`ffn_*_exps`), which stream (stream
+   * experts).
+   */
+  uint64_t experts;
+  /**
+   * Bytes of expert slices that stay resident, the most used (stream
+   * experts).
+   */
+  uint64_t expert_capacity;
+  /**
+   * Bytes of the mapped tensors, all of which stream (stream all).
+   */
+  uint64_t mapped;
+  /**
+   * The memory budget (stream experts, stream all).
+   */
+  uint64_t budget;
+} wm_residency_plan;
 
 #ifdef __cplusplus
 extern "C" {
@@ -721,7 +775,11 @@ int wm_cache_load(const char *cache_dir,
  * What the runtime reads next: the `n` announcements at `needs`. Their
  * bytes are read ahead in the background and this returns at once.
  * Every announcement is checked before any is acted on; tensors in owned
- * memory (stream mode, copies) need nothing.
+ * memory (stream mode, copies) need nothing. A ggml runtime can leave the
+ * announcing to `wm_ggml_announce` (weightmap-ggml.h), an eval callback of
+ * `ggml_backend_sched` (llama.cpp's `cb_eval`) that announces each node's
+ * weights ahead of its compute, and for `ggml_mul_mat_id` the experts the
+ * router chose.
  *
  * Returns [`WM_OK`]; [`WM_ERR_NOT_FOUND`] for a tensor index or an expert
  * that does not exist (nothing is read ahead then, and the weights stay
@@ -734,6 +792,17 @@ int wm_cache_load(const char *cache_dir,
  * `n_experts` `int32_t`s, all valid for the call.
  */
 int wm_prefetch(const struct wm_weights *w, const struct wm_need *needs, size_t n);
+
+/**
+ * What stays resident of the weights and what streams, into `*out`.
+ *
+ * Returns [`WM_OK`], or [`WM_ERR_BAD_ARGUMENT`] (NULL `w` or `out`).
+ *
+ * # Safety
+ * `w` is NULL or a live pointer from [`wm_load`]; `out` is NULL or valid
+ * for writing a `wm_residency_plan`.
+ */
+int wm_residency(const struct wm_weights *w, struct wm_residency_plan *out);
 
 #ifdef __cplusplus
 }  // extern "C"

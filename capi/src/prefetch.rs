@@ -1,11 +1,12 @@
 //! Announcements from C: [`wm_prefetch`] tells the weights what the
 //! runtime reads next (whole tensors, or the experts a router chose), and
 //! weightmap reads those bytes ahead in the background
-//! (`weightmap::Weights::prefetch`).
+//! (`weightmap::Weights::prefetch`); [`wm_residency`] says what stays
+//! resident of weights larger than the budget, and what streams.
 
 use std::ffi::c_int;
 
-use weightmap::Need;
+use weightmap::{Need, ResidencyPlan};
 
 use crate::*;
 
@@ -28,7 +29,11 @@ pub struct wm_need {
 /// What the runtime reads next: the `n` announcements at `needs`. Their
 /// bytes are read ahead in the background and this returns at once.
 /// Every announcement is checked before any is acted on; tensors in owned
-/// memory (stream mode, copies) need nothing.
+/// memory (stream mode, copies) need nothing. A ggml runtime can leave the
+/// announcing to `wm_ggml_announce` (weightmap-ggml.h), an eval callback of
+/// `ggml_backend_sched` (llama.cpp's `cb_eval`) that announces each node's
+/// weights ahead of its compute, and for `ggml_mul_mat_id` the experts the
+/// router chose.
 ///
 /// Returns [`WM_OK`]; [`WM_ERR_NOT_FOUND`] for a tensor index or an expert
 /// that does not exist (nothing is read ahead then, and the weights stay
@@ -68,6 +73,87 @@ pub unsafe extern "C" fn wm_prefetch(
             out.push(Need::experts(tensor, experts));
         }
         w.weights.prefetch(&out)?;
+        Ok(())
+    })
+}
+
+/// [`wm_residency`]'s kind: the mapped tensors fit in the budget (or it is
+/// unknown); every page stays resident once read.
+pub const WM_RESIDENCY_FITS: u32 = 0;
+/// [`wm_residency`]'s kind: over the budget, the tensors read whole stay
+/// resident and the expert tensors' slices stream as announced.
+pub const WM_RESIDENCY_STREAM_EXPERTS: u32 = 1;
+/// [`wm_residency`]'s kind: over the budget with no room for expert slices
+/// (or no expert tensors): every tensor streams, read ahead as announced.
+pub const WM_RESIDENCY_STREAM_ALL: u32 = 2;
+
+/// What stays resident of the weights under the load's memory budget, and
+/// what streams through (the load report's residency). Byte fields that the
+/// kind does not give are 0.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct wm_residency_plan {
+    /// [`WM_RESIDENCY_FITS`], [`WM_RESIDENCY_STREAM_EXPERTS`] or
+    /// [`WM_RESIDENCY_STREAM_ALL`].
+    pub kind: u32,
+    /// Bytes of the tensors read whole (norms, attention, routers, shared
+    /// experts), which stay resident (stream experts).
+    pub whole: u64,
+    /// Bytes of the expert tensors (`ffn_*_exps`), which stream (stream
+    /// experts).
+    pub experts: u64,
+    /// Bytes of expert slices that stay resident, the most used (stream
+    /// experts).
+    pub expert_capacity: u64,
+    /// Bytes of the mapped tensors, all of which stream (stream all).
+    pub mapped: u64,
+    /// The memory budget (stream experts, stream all).
+    pub budget: u64,
+}
+
+/// What stays resident of the weights and what streams, into `*out`.
+///
+/// Returns [`WM_OK`], or [`WM_ERR_BAD_ARGUMENT`] (NULL `w` or `out`).
+///
+/// # Safety
+/// `w` is NULL or a live pointer from [`wm_load`]; `out` is NULL or valid
+/// for writing a `wm_residency_plan`.
+#[no_mangle]
+pub unsafe extern "C" fn wm_residency(w: *const wm_weights, out: *mut wm_residency_plan) -> c_int {
+    guard(|| {
+        // SAFETY: by the contract.
+        let w = unsafe { weights_ref(w) }?;
+        if out.is_null() {
+            return Err(Fail::null("out"));
+        }
+        let r = match &w.weights.report().residency {
+            ResidencyPlan::Fits => wm_residency_plan::default(),
+            ResidencyPlan::StreamExperts {
+                whole,
+                experts,
+                expert_capacity,
+                budget,
+            } => wm_residency_plan {
+                kind: WM_RESIDENCY_STREAM_EXPERTS,
+                whole: *whole,
+                experts: *experts,
+                expert_capacity: *expert_capacity,
+                budget: *budget,
+                ..Default::default()
+            },
+            ResidencyPlan::StreamAll { mapped, budget } => wm_residency_plan {
+                kind: WM_RESIDENCY_STREAM_ALL,
+                mapped: *mapped,
+                budget: *budget,
+                ..Default::default()
+            },
+            other => {
+                let msg = format!("a residency this C ABI does not know: {other}");
+                return Err(Fail::new(WM_ERR_INTERNAL, msg));
+            }
+        };
+        // SAFETY: by the contract, `out` is valid for writing.
+        unsafe { out.write(r) };
         Ok(())
     })
 }

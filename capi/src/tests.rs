@@ -1187,12 +1187,11 @@ fn cache_load_refuses_null_and_bad_arguments() {
     assert_eq!(entries_in(dir.path()), 0);
 }
 
-#[test]
-fn announcements_are_checked_and_a_bad_one_is_an_error_the_weights_outlive() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("moe.gguf");
+/// A tiny MoE file in `dir`: 4 experts of 2 rows of 8 f32 (`ne = [8, 2,
+/// 4]`, 256 bytes of 1s), and a 1-D norm (32 bytes of 2s).
+fn write_tiny_moe(dir: &std::path::Path) -> CString {
+    let path = dir.join("moe.gguf");
     let mut g = weightmap::gguf::Writer::new(32);
-    // 4 experts of 2 rows of 8 f32 (ne = [8, 2, 4]), and a 1-D norm.
     g.tensor(
         "blk.0.ffn_up_exps.weight",
         TensorType::F32,
@@ -1202,7 +1201,61 @@ fn announcements_are_checked_and_a_bad_one_is_an_error_the_weights_outlive() {
     g.tensor("blk.0.norm.weight", TensorType::F32, &[8], vec![2; 32]);
     g.write_with(std::fs::File::create(&path).unwrap(), |_, _| {})
         .unwrap();
-    let path = CString::new(path.to_str().unwrap()).unwrap();
+    CString::new(path.to_str().unwrap()).unwrap()
+}
+
+#[test]
+fn the_residency_says_what_streams_under_a_budget_below_the_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_tiny_moe(dir.path());
+    let residency_within = |budget| {
+        let mut out = null_mut();
+        // SAFETY: valid C string, options and out pointer.
+        let rc = unsafe {
+            wm_load_within(
+                path.as_ptr(),
+                &opts(WM_MODE_MMAP, 1, 0),
+                budget,
+                0,
+                &mut out,
+            )
+        };
+        assert_eq!(rc, WM_OK, "{}", last_error());
+        let w = Loaded(out);
+        let mut r = wm_residency_plan::default();
+        // SAFETY: live weights and a place for the answer.
+        assert_eq!(unsafe { wm_residency(w.0, &mut r) }, WM_OK);
+        // SAFETY: a NULL `out` is refused.
+        assert_eq!(
+            unsafe { wm_residency(w.0, null_mut()) },
+            WM_ERR_BAD_ARGUMENT
+        );
+        r
+    };
+    // The runtime's reserve (64 MiB) and 100 bytes: the norm stays, 68
+    // bytes of expert slices with it, and the experts stream.
+    let reserve = 64 << 20;
+    let r = residency_within(reserve + 100);
+    assert_eq!(r.kind, WM_RESIDENCY_STREAM_EXPERTS);
+    let got = (r.whole, r.experts, r.expert_capacity, r.mapped, r.budget);
+    assert_eq!(got, (32, 256, 68, 0, reserve + 100));
+    // No room beside the norm: everything streams.
+    let r = residency_within(reserve + 20);
+    assert_eq!(r.kind, WM_RESIDENCY_STREAM_ALL);
+    assert_eq!((r.mapped, r.budget, r.whole), (288, reserve + 20, 0));
+    let r = residency_within(1 << 40);
+    assert_eq!(r.kind, WM_RESIDENCY_FITS);
+    // SAFETY: NULL weights are refused.
+    assert_eq!(
+        unsafe { wm_residency(null(), &mut r.clone()) },
+        WM_ERR_BAD_ARGUMENT
+    );
+}
+
+#[test]
+fn announcements_are_checked_and_a_bad_one_is_an_error_the_weights_outlive() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_tiny_moe(dir.path());
     for mode in [WM_MODE_MMAP, WM_MODE_STREAM] {
         let w = load_path(&path, &opts(mode, 1, 0));
         let experts = [3i32, 0];

@@ -7,6 +7,10 @@
 # the transform cache (wm_cache_load): ggml's dequantization of a large
 # model, filled into an empty cache and mapped from it, computes the same
 # as the transform done in memory, and adds next to no anonymous memory.
+# Then moe_hook.c: the announcing hook (wm_ggml_announce) on a small
+# mixture-of-experts model, through ggml_backend_sched: the same output
+# with it as without, and over the budget, exactly the experts the router
+# chose announced.
 #
 # Needs cmake, a C and C++ compiler, pip and cargo (.ci/ggml-proof.sh
 # installs the first two). Nothing of ggml is committed: the sdist is
@@ -42,12 +46,17 @@ cargo run --locked -q -p weightmap-capi --example gen_proof_model -- "$WORK/proo
 # 16384 rows: about 100 MiB of dequantized tensors, far above the noise of
 # the process's own allocations in RssAnon.
 cargo run --locked -q -p weightmap-capi --example gen_proof_model -- "$WORK/proof-large.gguf" 16384
+cargo run --locked -q -p weightmap-capi --example gen_proof_model -- "$WORK/proof-moe.gguf" moe
 
 echo "== ggml proof: build weightmap's C ABI and ggml (llama.cpp vendored by llama-cpp-python $VERSION)"
 start=$(date +%s)
 ggml_build "$ROOT/capi/tests/ggml" "$WORK/build" ggml_proof "$(nproc)"
+ggml_build "$ROOT/capi/tests/ggml" "$WORK/build" ggml_moe_hook "$(nproc)"
 echo "ggml proof: ggml and the proof built in $(( $(date +%s) - start ))s"
 
 echo "== ggml proof: run"
 rm -rf "$WORK/cache" # the first cached load must fill
 "$WORK/build/ggml_proof" "$WORK/proof.gguf" "$WORK/proof-large.gguf" "$WORK/cache"
+
+echo "== ggml proof: the announcing hook on a mixture-of-experts model"
+"$WORK/build/ggml_moe_hook" "$WORK/proof-moe.gguf"
