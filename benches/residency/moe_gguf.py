@@ -9,9 +9,13 @@ real MoE weights can be downloaded here. Every figure measured on these
 files says so.
 
     python3 benches/residency/moe_gguf.py OUT.gguf [olmoe|qwen3moe] [--layers N] [--seed S]
+        [--vocab VOCAB.gguf]
 
 --layers keeps the layout but writes fewer layers (a small file for tests).
-Needs numpy and gguf (gguf-py).
+--vocab copies the tokenizer of one of llama.cpp's vocab files
+(models/ggml-vocab-*.gguf: gpt-neox for OLMoE, qwen2 for Qwen3), its
+tokens cut or padded to the layout's vocab, so that llama.cpp loads the
+file and can generate from a prompt. Needs numpy and gguf (gguf-py).
 """
 import argparse
 import numpy as np
@@ -19,10 +23,11 @@ import gguf
 
 LAYOUTS = {
     # arch: (layers, hidden, experts, used, expert_ffn, vocab, heads, kv_heads, head_dim, q/k norm width)
+    # pre: llama.cpp's pre-tokenizer name, where the vocab file lacks one.
     "olmoe": dict(layers=16, hidden=2048, experts=64, used=8, ffn=1024, vocab=50304,
-                  heads=16, kv_heads=16, head_dim=128, qk_norm="full", shared=False),
+                  heads=16, kv_heads=16, head_dim=128, qk_norm="full", shared=False, pre="olmo"),
     "qwen3moe": dict(layers=48, hidden=2048, experts=128, used=8, ffn=768, vocab=151936,
-                     heads=32, kv_heads=4, head_dim=128, qk_norm="head", shared=False),
+                     heads=32, kv_heads=4, head_dim=128, qk_norm="head", shared=False, pre="qwen2"),
 }
 
 Q4_0 = gguf.GGMLQuantizationType.Q4_0
@@ -88,12 +93,41 @@ def data(ne, ty, rng, name):
     return b.reshape(byte_shape(ne, ty))
 
 
+# The per-token arrays of a vocab file, and what pads each past its end
+# (the vocab files pad with "[PADn]" tokens of type USER_DEFINED).
+PER_TOKEN = {
+    "tokenizer.ggml.tokens": lambda i: f"[PAD{i}]",
+    "tokenizer.ggml.token_type": lambda i: int(gguf.TokenType.USER_DEFINED),
+    "tokenizer.ggml.scores": lambda i: 0.0,
+}
+
+
+def add_vocab(w, path, n_vocab, pre):
+    """Copy the tokenizer.* keys of the vocab file at `path`, its per-token
+    arrays cut or padded to `n_vocab` tokens, and `pre` as the pre-tokenizer
+    where it names none."""
+    r = gguf.GGUFReader(path)
+    if "tokenizer.ggml.pre" not in r.fields:
+        w.add_tokenizer_pre(pre)
+    for key, f in r.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        v = f.contents()
+        if key in PER_TOKEN:
+            v = v[:n_vocab] + [PER_TOKEN[key](i) for i in range(len(v), n_vocab)]
+        if f.types[0] == gguf.GGUFValueType.ARRAY:
+            w.add_array(key, v)
+        else:
+            w.add_key_value(key, v, f.types[0])
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("out")
     p.add_argument("arch", nargs="?", default="olmoe", choices=sorted(LAYOUTS))
     p.add_argument("--layers", type=int)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--vocab")
     args = p.parse_args()
     a = dict(LAYOUTS[args.arch])
     if args.layers:
@@ -116,6 +150,8 @@ def main():
     w.add_expert_used_count(a["used"])
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
     w.add_uint32("weightmap.synthetic", 1)
+    if args.vocab:
+        add_vocab(w, args.vocab, a["vocab"], a["pre"])
     plan = tensors(a)
     for name, ne, ty in plan:
         shape = byte_shape(ne, ty)

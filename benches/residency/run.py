@@ -21,6 +21,7 @@ must be the in-memory run's: the same bytes were read.
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import time
@@ -43,28 +44,44 @@ def dd_rate(path):
     return os.path.getsize(path) / (time.perf_counter() - t0)
 
 
+def run_in_cgroup(cmd, limit=None):
+    """Run `cmd`, in a fresh memory cgroup of `limit` bytes (None: none), and
+    return its JSON output (or {"failed": status, "stderr": ...}) with the
+    bytes it read from the device (getrusage's ru_inblock) and how many
+    times the kernel's OOM killer ran in the cgroup."""
+    cg = None
+    if limit is not None:
+        cg = f"{ROOT}/weightmap-residency-{os.getpid()}"
+        os.mkdir(cg)
+    try:
+        if cg:
+            with open(f"{cg}/memory.limit_in_bytes", "w") as f:
+                f.write(str(limit))
+            cmd = ["sh", "-c", 'echo $$ > "$1/cgroup.procs"; shift; exec "$@"', "sh", cg, *cmd]
+        # RUSAGE_CHILDREN sums the children waited for: this one's bytes are
+        # the difference.
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = proc.communicate()
+        inblock = resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock - before
+        kills = 0
+        if cg:
+            with open(f"{cg}/memory.oom_control") as f:
+                kills = int(next((l.split()[1] for l in f if l.startswith("oom_kill ")), "0"))
+        if proc.returncode != 0:
+            return {"failed": proc.returncode, "stderr": err[-300:]}, kills
+        r = json.loads(out)
+        r["device_read_bytes"] = inblock * 512
+        return r, kills
+    finally:
+        if cg:
+            os.rmdir(cg)
+
+
 def replay(binary, model, args, limit=None):
     """One replay's JSON, in a cgroup of `limit` bytes (None: none), with
     whether the kernel's OOM killer ran in it."""
-    cmd = [binary, model, "--json", *args]
-    if limit is None:
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-        return json.loads(out.stdout), 0
-    cg = f"{ROOT}/weightmap-residency-{os.getpid()}"
-    os.mkdir(cg)
-    try:
-        with open(f"{cg}/memory.limit_in_bytes", "w") as f:
-            f.write(str(limit))
-        out = subprocess.run(
-            ["sh", "-c", 'echo $$ > "$1/cgroup.procs"; shift; exec "$@"', "sh", cg, *cmd],
-            capture_output=True, text=True)
-        with open(f"{cg}/memory.oom_control") as f:
-            kills = int(next((l.split()[1] for l in f if l.startswith("oom_kill ")), "0"))
-        if out.returncode != 0:
-            return {"failed": out.returncode, "stderr": out.stderr[-300:]}, kills
-        return json.loads(out.stdout), kills
-    finally:
-        os.rmdir(cg)
+    return run_in_cgroup([binary, model, "--json", *args], limit)
 
 
 def main():

@@ -125,7 +125,7 @@ static inline int wm_ggml_place(wm_weights *w, ggml_backend_buffer_type_t buft, 
 /* ---- Announcing from a ggml graph: wm_ggml_announce ---------------------
  *
  * A ggml_backend_sched eval callback that makes a ggml runtime announce by
- * itself (wm_prefetch) what it reads next, for weights larger than memory:
+ * itself (wm_prefetch) what it reads next:
  *
  *     struct wm_ggml_announcer a;
  *     if (wm_ggml_announcer_init(&a, w) == WM_OK) {
@@ -139,24 +139,23 @@ static inline int wm_ggml_place(wm_weights *w, ggml_backend_buffer_type_t buft, 
  * The scheduler asks the callback about each node before computing it
  * (ask = true), computes the nodes up to the first one the callback wants
  * to see as one graph, and then shows it (ask = false). The announcer:
- *   - announces each node's weights when the scheduler asks about the
- *     node, so that they are read while the nodes before them compute;
- *   - for ggml_mul_mat_id (src[0] the experts' weights, ne[2] = n_expert;
- *     src[2] the ids), announces only the experts its ids name. The ids
- *     are the router's top-k, which an I32 node computes (ARGSORT, TOP_K)
- *     before the mul_mat_id: where the weights exceed the budget
- *     (wm_residency), the announcer asks to see every I32 node that
- *     computes, so that the ids are there when the scheduler asks about
- *     the mul_mat_id, and reads them then (ggml_backend_tensor_get: any
- *     backend). ids that are a graph input (op NONE) are read as they are;
- *     ids it could not read leave that tensor unannounced (ids_unread);
- *   - where the weights exceed the budget, asks to see a node once
- *     `window` bytes (WM_GGML_WINDOW) have been announced since the last
- *     node it saw, so that the reads run about a window ahead of the
- *     compute instead of the whole graph's at once.
- * Where the weights fit it asks to see no node: each split computes as one
- * graph, as without the callback, and the expert tensors are announced
- * whole (each range is read ahead once, the first time).
+ *   - where the weights fit (wm_residency), announces each node's weights
+ *     the first time the scheduler asks about the node, so that a cold
+ *     start reads them while the nodes before them compute (not a
+ *     get_rows table, of which a node reads a few rows), and asks to see
+ *     no node: each split computes as one graph, as without the callback;
+ *   - where they exceed the budget, announces the experts each
+ *     ggml_mul_mat_id reads (src[0] the experts' weights, ne[2] =
+ *     n_expert), only those its ids (src[2]) name. The ids are the router's
+ *     top-k, which an I32 node computes (TOP_K, or ARGSORT and a view):
+ *     the announcer asks to see every I32 node that computes, so that the
+ *     scheduler stops after it and the ids are in memory when it asks
+ *     about the mul_mat_id; they are read then (ggml_backend_tensor_get:
+ *     any backend). ids that are a graph input are read as they are; ids
+ *     it cannot vouch for leave that tensor unannounced (ids_unread).
+ *     Tensors read whole are not announced over the budget: the compute
+ *     reads them in order, which the fault path's read-ahead streams, and
+ *     read ahead of it they would only compete for the budget.
  *
  * Weights are found by name (the GGUF tensor's, as wm_ggml_place and
  * llama.cpp name them), so the announcer also serves a runtime that maps
@@ -167,13 +166,10 @@ static inline int wm_ggml_place(wm_weights *w, ggml_backend_buffer_type_t buft, 
  * set, is told each announcement (the tensor's index, and its experts or
  * none for the whole tensor): a log, or a test's check. */
 
-#define WM_GGML_WINDOW ((uint64_t)64 << 20)
-
 struct wm_ggml_announcer {
     const wm_weights *w;
-    /* set by wm_ggml_announcer_init; the caller may change them after */
-    uint64_t window;                          /* bytes announced before a node is seen (paced only) */
-    ggml_backend_sched_eval_callback next;    /* the runtime's own callback, or NULL */
+    /* set to NULL by wm_ggml_announcer_init; the caller may set them */
+    ggml_backend_sched_eval_callback next;    /* the runtime's own callback */
     void *next_data;
     void (*on_announce)(void *data, uint64_t tensor, const int32_t *experts, uint32_t n_experts);
     void *on_announce_data;
@@ -182,10 +178,10 @@ struct wm_ggml_announcer {
     uint64_t ids_unread;                      /* mul_mat_ids whose experts could not be told */
     int last_error;                           /* the last failing call's code, or WM_OK */
     /* its state */
-    int paced;                                /* the weights exceed the budget */
+    int over_budget;                          /* the weights exceed the budget */
     uint64_t n, n_slots, *slots;              /* name -> index + 1, open addressing */
     const char **names;
-    uint64_t *nbytes, *stamp, generation, in_flight;
+    uint8_t *announced_whole;                 /* by index: announced whole once */
     const struct ggml_tensor *computed[8];    /* I32 nodes seen, newest at computed_next - 1 */
     unsigned computed_next;
     int32_t *scratch;                         /* the experts of one mul_mat_id */
@@ -202,8 +198,7 @@ static inline uint64_t wm_ggml__hash(const char *s) {
 static inline void wm_ggml_announcer_free(struct wm_ggml_announcer *a) {
     free(a->slots);
     free(a->names);
-    free(a->nbytes);
-    free(a->stamp);
+    free(a->announced_whole);
     free(a->scratch);
     memset(a, 0, sizeof *a);
 }
@@ -211,27 +206,24 @@ static inline void wm_ggml_announcer_free(struct wm_ggml_announcer *a) {
 static inline int wm_ggml_announcer_init(struct wm_ggml_announcer *a, const wm_weights *w) {
     memset(a, 0, sizeof *a);
     a->w = w;
-    a->window = WM_GGML_WINDOW;
     a->n = wm_tensor_count(w);
     a->n_slots = 16;
     while (a->n_slots < 2 * a->n) a->n_slots *= 2;
     a->slots = (uint64_t *)calloc((size_t)a->n_slots, sizeof(uint64_t));
     a->names = (const char **)calloc((size_t)a->n + 1, sizeof(char *));
-    a->nbytes = (uint64_t *)calloc((size_t)a->n + 1, sizeof(uint64_t));
-    a->stamp = (uint64_t *)calloc((size_t)a->n + 1, sizeof(uint64_t));
-    if (!a->slots || !a->names || !a->nbytes || !a->stamp) {
+    a->announced_whole = (uint8_t *)calloc((size_t)a->n + 1, 1);
+    if (!a->slots || !a->names || !a->announced_whole) {
         wm_ggml_announcer_free(a);
         return WM_ERR_NO_MEMORY;
     }
     struct wm_residency_plan r;
     int rc = wm_residency(w, &r);
-    a->paced = rc == WM_OK && r.kind != WM_RESIDENCY_FITS;
+    a->over_budget = rc == WM_OK && r.kind != WM_RESIDENCY_FITS;
     for (uint64_t i = 0; rc == WM_OK && i < a->n; i++) {
         wm_tensor t;
         rc = wm_tensor_at(w, i, &t);
         if (rc != WM_OK) break;
         a->names[i] = t.name;
-        a->nbytes[i] = t.nbytes;
         uint64_t s = wm_ggml__hash(t.name) & (a->n_slots - 1);
         while (a->slots[s]) s = (s + 1) & (a->n_slots - 1);
         a->slots[s] = i + 1;
@@ -251,8 +243,7 @@ static inline int64_t wm_ggml__weight(const struct wm_ggml_announcer *a, const s
     return -1;
 }
 
-static inline void wm_ggml__prefetch(struct wm_ggml_announcer *a, uint64_t i, const int32_t *experts, uint32_t k,
-                                     uint64_t bytes) {
+static inline void wm_ggml__prefetch(struct wm_ggml_announcer *a, uint64_t i, const int32_t *experts, uint32_t k) {
     wm_need need = {i, experts, k};
     int rc = wm_prefetch(a->w, &need, 1);
     if (rc != WM_OK) {
@@ -260,7 +251,6 @@ static inline void wm_ggml__prefetch(struct wm_ggml_announcer *a, uint64_t i, co
         return;
     }
     a->announced++;
-    a->in_flight += bytes;
     if (a->on_announce) a->on_announce(a->on_announce_data, i, experts, k);
 }
 
@@ -278,7 +268,7 @@ static inline bool wm_ggml__ids_ready(const struct wm_ggml_announcer *a, const s
  * false when they cannot be read. */
 static inline bool wm_ggml__announce_experts(struct wm_ggml_announcer *a, const struct ggml_tensor *t, uint64_t i) {
     const struct ggml_tensor *ids = t->src[2], *as = t->src[0];
-    int64_t n_expert = as->ne[2], k = ids->ne[0], rows = ids->ne[1] * ids->ne[2] * ids->ne[3];
+    int64_t n_expert = as->ne[2], k = ids->ne[0], rows = ids->ne[1];
     if (!wm_ggml__ids_ready(a, ids) || !ids->buffer || ids->type != GGML_TYPE_I32 || ids->nb[0] != sizeof(int32_t) ||
         n_expert <= 0 || k <= 0 || ids->ne[2] * ids->ne[3] != 1)
         return false;
@@ -303,35 +293,35 @@ static inline bool wm_ggml__announce_experts(struct wm_ggml_announcer *a, const 
             chosen[e] = 1;
         }
     }
-    wm_ggml__prefetch(a, i, distinct, n, a->nbytes[i] / (uint64_t)n_expert * n);
+    wm_ggml__prefetch(a, i, distinct, n);
     return true;
+}
+
+/* Whether `t` is an I32 node that computes (not a view, not an input): a
+ * router's top-k. */
+static inline bool wm_ggml__computes_ids(const struct ggml_tensor *t) {
+    return t->type == GGML_TYPE_I32 && t->op != GGML_OP_NONE && !t->view_src;
 }
 
 static inline bool wm_ggml_announce(struct ggml_tensor *t, bool ask, void *user_data) {
     struct wm_ggml_announcer *a = (struct wm_ggml_announcer *)user_data;
     if (!ask) {
-        a->generation++;
-        a->in_flight = 0;
-        if (t->type == GGML_TYPE_I32) {
-            a->computed[a->computed_next % 8] = t;
-            a->computed_next++;
-        }
+        if (wm_ggml__computes_ids(t)) a->computed[a->computed_next++ % 8] = t;
         return a->next && a->next_asked ? a->next(t, false, a->next_data) : true;
     }
-    for (int s = 0; s < GGML_MAX_SRC && t->src[s]; s++) {
+    if (a->over_budget && t->op == GGML_OP_MUL_MAT_ID) {
+        int64_t i = wm_ggml__weight(a, t->src[0]);
+        if (i >= 0 && !wm_ggml__announce_experts(a, t, (uint64_t)i)) a->ids_unread++;
+    }
+    for (int s = 0; !a->over_budget && s < GGML_MAX_SRC && t->src[s]; s++) {
+        if (t->op == GGML_OP_GET_ROWS && s == 0) continue;
         int64_t i = wm_ggml__weight(a, t->src[s]);
-        if (i < 0 || a->stamp[i] == a->generation + 1) continue;
-        a->stamp[i] = a->generation + 1; /* once in each stretch between nodes seen */
-        if (t->op == GGML_OP_MUL_MAT_ID && s == 0 && a->paced) {
-            if (!wm_ggml__announce_experts(a, t, (uint64_t)i)) a->ids_unread++;
-        } else {
-            wm_ggml__prefetch(a, (uint64_t)i, NULL, 0, a->nbytes[i]);
-        }
+        if (i < 0 || a->announced_whole[i]) continue;
+        a->announced_whole[i] = 1;
+        wm_ggml__prefetch(a, (uint64_t)i, NULL, 0);
     }
     a->next_asked = a->next ? a->next(t, true, a->next_data) : false;
-    bool see = a->paced && ((t->type == GGML_TYPE_I32 && t->op != GGML_OP_NONE && !t->view_src) ||
-                            a->in_flight >= a->window);
-    return see || a->next_asked;
+    return (a->over_budget && wm_ggml__computes_ids(t)) || a->next_asked;
 }
 
 #endif /* WEIGHTMAP_GGML_H */

@@ -7,15 +7,14 @@
  * the router (mul_mat, soft_max, top_k: the ids), and the experts
  * (mul_mat_id of gate, up and down on the ids). It runs through a
  * ggml_backend_sched on the CPU backend, on tensors placed by
- * wm_ggml_place, four ways:
+ * wm_ggml_place, three ways:
  *   - the reference: weights that fit, no callback;
- *   - weights that fit, with the announcer: no node is asked for, every
- *     weight is announced whole, once;
+ *   - weights that fit, with the announcer: every expert tensor is
+ *     announced whole, once;
  *   - weights over the budget (wm_load_within: the runtime's 64 MiB
  *     reserve and 512 KiB, below the file): the announcer reads each
- *     layer's ids once computed and announces the experts they name;
- *   - the same with a 64 KiB window, so that the announcer also asks to
- *     see nodes to pace the reads.
+ *     layer's ids once computed and announces the experts they name, and
+ *     nothing whole.
  * Every way's output must be bit-identical to the reference. Over the
  * budget, the experts announced for each expert tensor must be exactly
  * those the graph's ids name (read back after the compute), announced once
@@ -65,12 +64,14 @@ struct run {
     uint8_t announced[LAYERS][3][64];    /* experts announced, per tensor */
     int times[LAYERS][3];                /* announcements of each expert tensor */
     int whole[LAYERS][3];                /* ... of it whole */
+    int whole_any;                       /* announcements of any tensor whole */
     uint64_t asked;                      /* nodes the chained callback was asked about */
     uint64_t n_nodes;
 };
 
 static void on_announce(void *data, uint64_t tensor, const int32_t *experts, uint32_t n) {
     struct run *r = (struct run *)data;
+    r->whole_any += n == 0;
     for (int l = 0; l < LAYERS; l++)
         for (int t = 0; t < 3; t++) {
             if (r->exps_index[l][t] != tensor) continue;
@@ -107,9 +108,9 @@ static uint64_t index_of(wm_weights *w, const char *name) {
     exit(1);
 }
 
-/* Compute the graph on `w`'s tensors, with the announcer when `window` is
- * not 0 (its window then), into `r`. */
-static void compute(wm_weights *w, uint64_t window, struct run *r) {
+/* Compute the graph on `w`'s tensors, with the announcer when `hooked`,
+ * into `r`. */
+static void compute(wm_weights *w, int hooked, struct run *r) {
     static const char *exps[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
     memset(r, 0, sizeof *r);
     struct wm_ggml g;
@@ -153,10 +154,9 @@ static void compute(wm_weights *w, uint64_t window, struct run *r) {
     ggml_backend_cpu_set_n_threads(cpu, 2);
     ggml_backend_sched_t sched = ggml_backend_sched_new(&cpu, NULL, 1, 1024, false, false);
     struct wm_ggml_announcer a;
-    if (window) {
+    if (hooked) {
         rc = wm_ggml_announcer_init(&a, w);
         CHECK(rc == WM_OK, "wm_ggml_announcer_init: %d", rc);
-        a.window = window;
         a.on_announce = on_announce;
         a.on_announce_data = r;
         a.next = runtime_callback;
@@ -171,7 +171,7 @@ static void compute(wm_weights *w, uint64_t window, struct run *r) {
     for (int l = 0; l < LAYERS; l++)
         for (int t = 0; t < TOKENS; t++)
             ggml_backend_tensor_get(ids[l], &r->ids[l][t * USED], (size_t)t * ids[l]->nb[1], USED * sizeof(int32_t));
-    if (window) {
+    if (hooked) {
         CHECK(a.last_error == WM_OK, "an announcement failed: %d %s", a.last_error, wm_last_error());
         CHECK(a.ids_unread == 0, "%" PRIu64 " mul_mat_ids' ids unread", a.ids_unread);
         CHECK(a.announced > 0, "nothing announced");
@@ -227,7 +227,7 @@ int main(int argc, char **argv) {
     for (int j = 1; j < TOKENS * USED; j++) distinct += ref.ids[0][j] != ref.ids[0][0];
     CHECK(distinct > 0, "the router chose one expert for every token");
 
-    compute(fits, WM_GGML_WINDOW, &run);
+    compute(fits, 1, &run);
     CHECK(memcmp(ref.out, run.out, sizeof ref.out) == 0, "fits, announcing: the output differs");
     CHECK(run.asked == run.n_nodes, "fits: the runtime's callback asked about %" PRIu64 " of %" PRIu64 " nodes",
           run.asked, run.n_nodes);
@@ -236,19 +236,17 @@ int main(int argc, char **argv) {
             CHECK(run.times[l][t] == 1 && run.whole[l][t] == 1, "fits: layer %d tensor %d: %d, %d whole", l, t,
                   run.times[l][t], run.whole[l][t]);
 
-    compute(over, WM_GGML_WINDOW, &run);
+    compute(over, 1, &run);
     CHECK(memcmp(ref.out, run.out, sizeof ref.out) == 0, "over the budget: the output differs");
     CHECK(memcmp(ref.ids, run.ids, sizeof ref.ids) == 0, "over the budget: the ids differ");
     check_experts(&run, "over the budget");
+    CHECK(run.whole_any == 0, "over the budget: %d tensors announced whole", run.whole_any);
     CHECK(run.asked == run.n_nodes, "over: asked about %" PRIu64 " of %" PRIu64 " nodes", run.asked, run.n_nodes);
 
     int announced = 0;
     for (int e = 0; e < 64; e++) announced += run.announced[0][0][e];
     printf("over the budget: layer 0's experts: %d of 8 announced, those its ids name; output bit-identical\n",
            announced);
-    compute(over, 64 << 10, &run);
-    CHECK(memcmp(ref.out, run.out, sizeof ref.out) == 0, "a 64 KiB window: the output differs");
-    check_experts(&run, "a 64 KiB window");
 
     wm_free(fits);
     wm_free(over);

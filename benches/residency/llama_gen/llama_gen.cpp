@@ -1,0 +1,181 @@
+// llama_gen: the pinned llama.cpp generating tokens (sampled, seeded) on its own
+// mapping of MODEL (use_mmap, CPU, 2 threads), with or without weightmap's
+// announcing hook as its eval callback (benches/residency/llama_gen.sh).
+//
+//   llama_gen MODEL N_TOKENS plain|announce
+//
+// announce: weightmap maps the same file (wm_load, its budget read from the
+// system: the memory cgroup, when run in one), and wm_ggml_announce
+// (weightmap-ggml.h) is llama.cpp's cb_eval: it announces each node's
+// weights as the scheduler reaches them, and the experts llama.cpp's own
+// router chose once their ids are computed. The reads bring the file's
+// pages into the page cache, which llama.cpp's mapping shares.
+//
+// Prints one JSON line: the mode, seconds to load, to the first token and
+// per token after it, tokens/s, the bytes read from storage while
+// generating (the prompt's decode included), the token ids, and the hook's
+// counts: its
+// announcements, and the expert slices llama.cpp's router chose (announced
+// over the budget only; each once a token, and how many distinct).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ggml.h"
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+#include "llama.h"
+#include "weightmap.h"
+#include "weightmap-ggml.h"
+
+static double now() {
+    using namespace std::chrono;
+    return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+// What the router chose over the run: each expert slice announced, once.
+struct chosen {
+    std::vector<std::vector<bool>> used;  // by tensor, by expert
+    uint64_t distinct = 0, announced = 0;
+};
+
+static void count_chosen(void *data, uint64_t tensor, const int32_t *experts, uint32_t n) {
+    chosen *c = (chosen *)data;
+    if (c->used.size() <= tensor) c->used.resize(tensor + 1);
+    for (uint32_t j = 0; j < n; j++) {
+        std::vector<bool> &u = c->used[tensor];
+        if (u.size() <= (size_t)experts[j]) u.resize(experts[j] + 1);
+        c->distinct += !u[experts[j]];
+        c->announced++;
+        u[experts[j]] = true;
+    }
+}
+
+// Bytes this process has had read from storage (/proc/self/io, all its
+// threads: faults, read-ahead, announced reads), or 0 where unknown.
+static unsigned long long storage_read_bytes() {
+    FILE *f = fopen("/proc/self/io", "r");
+    unsigned long long v = 0;
+    char line[128];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "read_bytes: %llu", &v) == 1) break;
+    if (f) fclose(f);
+    return v;
+}
+
+static void quiet(enum ggml_log_level level, const char *text, void *) {
+    if (level >= GGML_LOG_LEVEL_WARN) fputs(text, stderr);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4 || (strcmp(argv[3], "plain") != 0 && strcmp(argv[3], "announce") != 0)) {
+        fprintf(stderr, "usage: %s MODEL N_TOKENS plain|announce\n", argv[0]);
+        return 2;
+    }
+    const char *path = argv[1];
+    const int n_gen = atoi(argv[2]);
+    const bool announce = strcmp(argv[3], "announce") == 0;
+    llama_log_set(quiet, nullptr);
+    llama_backend_init();
+
+    const double t0 = now();
+    llama_model_params mp = llama_model_default_params();
+    mp.n_gpu_layers = 0;
+    mp.load_mode = LLAMA_LOAD_MODE_MMAP;
+    // No repacked copies of the weights (ggml-cpu's extra buffer types):
+    // they are anonymous memory the size of the model, which a cgroup
+    // smaller than the file kills for, and the weights must stay the
+    // mapping's pages, whichever mode runs.
+    mp.use_extra_bufts = false;
+    llama_model *model = llama_model_load_from_file(path, mp);
+    if (!model) {
+        fprintf(stderr, "llama.cpp could not load %s\n", path);
+        return 1;
+    }
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = 512;
+    cp.n_batch = 64;
+    cp.n_threads = 2;
+    cp.n_threads_batch = 2;
+    wm_weights *w = nullptr;
+    wm_ggml_announcer a;
+    wm_residency_plan plan = {};
+    chosen routed;
+    if (announce) {
+        if (wm_load(path, nullptr, &w) != WM_OK || wm_ggml_announcer_init(&a, w) != WM_OK) {
+            fprintf(stderr, "weightmap: %s\n", wm_last_error());
+            return 1;
+        }
+        wm_residency(w, &plan);
+        a.on_announce = count_chosen;
+        a.on_announce_data = &routed;
+        cp.cb_eval = wm_ggml_announce;
+        cp.cb_eval_user_data = &a;
+    }
+    llama_context *ctx = llama_init_from_model(model, cp);
+    if (!ctx) {
+        fprintf(stderr, "llama.cpp could not make a context\n");
+        return 1;
+    }
+    const double t_load = now() - t0;
+
+    const llama_vocab *vocab = llama_model_get_vocab(model);
+    const std::string prompt = "The weights of a model larger than memory";
+    std::vector<llama_token> toks(prompt.size() + 8);
+    int n = llama_tokenize(vocab, prompt.c_str(), (int32_t)prompt.size(), toks.data(), (int32_t)toks.size(), true,
+                           false);
+    if (n <= 0) {
+        fprintf(stderr, "llama.cpp could not tokenize the prompt\n");
+        return 1;
+    }
+    toks.resize(n);
+    // Sampled, seeded: the same logits give the same tokens in every run,
+    // and synthetic weights, whose greedy choice repeats one token (and so
+    // one routing), give a different token, and experts, each step.
+    llama_sampler *sampler = llama_sampler_chain_init(llama_sampler_chain_default_params());
+    llama_sampler_chain_add(sampler, llama_sampler_init_dist(46));
+    llama_batch batch = llama_batch_get_one(toks.data(), n);
+    std::vector<llama_token> out;
+    llama_token tok;
+    const unsigned long long read_before = storage_read_bytes();
+    const double t_start = now();
+    double t_first = 0;
+    for (int i = 0; i < n_gen; i++) {
+        if (llama_decode(ctx, batch) != 0) {
+            fprintf(stderr, "llama_decode failed at token %d\n", i);
+            return 1;
+        }
+        tok = llama_sampler_sample(sampler, ctx, -1);
+        out.push_back(tok);
+        if (i == 0) t_first = now() - t_start;
+        batch = llama_batch_get_one(&tok, 1);
+    }
+    const double t_rest = now() - t_start - t_first;
+    const unsigned long long gen_read = storage_read_bytes() - read_before;
+
+    printf("{\"mode\": \"%s\", \"load_s\": %.3f, \"first_token_s\": %.3f, \"tok_s\": %.3f, \"prompt_tokens\": %d, "
+           "\"gen_read_bytes\": %llu",
+           argv[3], t_load, t_first, n_gen > 1 ? (n_gen - 1) / t_rest : 0.0, n, gen_read);
+    if (announce)
+        printf(", \"announced\": %llu, \"ids_unread\": %llu, \"last_error\": %d, \"residency\": %u, "
+               "\"expert_slices_announced\": %llu, \"expert_slices_distinct\": %llu",
+               (unsigned long long)a.announced, (unsigned long long)a.ids_unread, a.last_error, plan.kind,
+               (unsigned long long)routed.announced, (unsigned long long)routed.distinct);
+    printf(", \"tokens\": [");
+    for (size_t i = 0; i < out.size(); i++) printf("%s%d", i ? ", " : "", out[i]);
+    printf("]}\n");
+
+    llama_sampler_free(sampler);
+    llama_free(ctx);
+    llama_model_free(model);
+    if (announce) {
+        wm_ggml_announcer_free(&a);
+        wm_free(w);
+    }
+    llama_backend_free();
+    return 0;
+}

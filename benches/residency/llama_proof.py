@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""The pinned llama.cpp generating tokens on a model larger than memory:
+its own mmap against the same with weightmap's announcing hook
+(wm_ggml_announce as its eval callback), side by side, cold, each run in a
+fresh cgroup-v1 memory cgroup of a fraction of the file's size.
+
+    sudo python3 benches/residency/llama_proof.py LLAMA_GEN MODEL
+        [--fractions 0.5] [--tokens 16] [--rounds 3]
+
+LLAMA_GEN is benches/residency/llama_gen built (benches/residency/
+llama_gen.sh builds it and runs this). llama.cpp's own router picks the
+experts; on the files benches/residency/moe_gguf.py writes, the weights are
+SYNTHETIC, so the tokens mean nothing, but they must be the same in every
+run: the in-memory run's (the file page-cached first, no cgroup).
+
+Reports per mode the median tokens/s after the first token, the first
+token's time (prompt included), and the bytes read from storage per
+generated token while generating (llama_gen's /proc/self/io, the prompt's
+decode included; the load, where llama.cpp populates its mapping, is not),
+with the OOM kills; and, over the budget, how many distinct expert slices llama.cpp's
+router chose (the hook's count): with synthetic weights its choices say
+nothing of a real model's.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import ROOT, dd_rate, evict, run_in_cgroup  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("llama_gen")
+    p.add_argument("model")
+    p.add_argument("--fractions", default="0.5")
+    p.add_argument("--tokens", type=int, default=16)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--modes", default="plain,announce")
+    a = p.parse_args()
+    if os.geteuid() != 0 or not os.access(ROOT, os.W_OK):
+        print(f"SKIPPED: needs root and a writable cgroup-v1 memory controller at {ROOT}")
+        return
+    size = os.path.getsize(a.model)
+    rate = statistics.median(dd_rate(a.model) for _ in range(3))
+    print(f"model {a.model}: {size / 1e9:.2f} GB; O_DIRECT rate {rate / 1e9:.2f} GB/s")
+    gen = lambda mode, limit: run_in_cgroup([a.llama_gen, a.model, str(a.tokens), mode], limit)
+    subprocess.run(["cat", a.model], stdout=subprocess.DEVNULL, check=True)
+    mem, _ = gen("plain", None)
+    print(f"in memory: {mem['tok_s']:.2f} tok/s, first token {mem['first_token_s']:.2f} s, "
+          f"tokens {mem['tokens']}")
+    rows = []
+    for fraction in (float(f) for f in a.fractions.split(",")):
+        limit = int(size * fraction)
+        runs = {m: [] for m in a.modes.split(",")}
+        for _ in range(a.rounds):
+            for mode in runs:
+                evict(a.model)
+                r, kills = gen(mode, limit)
+                r["oom_kills"] = kills
+                runs[mode].append(r)
+        print(f"\ncgroup {fraction}x the file ({limit / 2**20:.0f} MiB):")
+        for mode, rs in runs.items():
+            ok = [r for r in rs if "tok_s" in r]
+            if not ok:
+                print(f"  {mode:9s} failed: {rs}")
+                continue
+            tok_s = statistics.median(r["tok_s"] for r in ok)
+            first = statistics.median(r["first_token_s"] for r in ok)
+            read = statistics.median(r["gen_read_bytes"] / a.tokens for r in ok)
+            same = all(r["tokens"] == mem["tokens"] for r in ok)
+            kills = sum(r["oom_kills"] for r in rs)
+            print(f"  {mode:9s} {tok_s:6.2f} tok/s ({tok_s / mem['tok_s']:4.0%} of in memory)  "
+                  f"first token {first:6.2f} s  read {read / 1e6:6.0f} MB a token  tokens "
+                  f"{'same' if same else 'DIFFER'}  OOM kills {kills}  runs {len(ok)}/{len(rs)}")
+            if ok[0].get("expert_slices_announced"):
+                # What llama.cpp's router chose, as the hook saw it.
+                r = ok[0]
+                print(f"            router: {r['expert_slices_distinct']} distinct expert slices, "
+                      f"{r['expert_slices_announced']} announced over {a.tokens} decodes")
+        rows.append({"fraction": fraction, "in_memory": mem, "runs": runs, "direct_rate": rate})
+    print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()
