@@ -29,7 +29,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import ROOT, dd_rate, evict, run_in_cgroup  # noqa: E402
+from run import can_limit, evict, run_in_cgroup, size_and_rate  # noqa: E402
 
 
 def main():
@@ -41,11 +41,9 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--modes", default="plain,announce")
     a = p.parse_args()
-    if os.geteuid() != 0 or not os.access(ROOT, os.W_OK):
-        print(f"SKIPPED: needs root and a writable cgroup-v1 memory controller at {ROOT}")
+    if not can_limit():
         return
-    size = os.path.getsize(a.model)
-    rate = statistics.median(dd_rate(a.model) for _ in range(3))
+    size, rate = size_and_rate(a.model)
     print(f"model {a.model}: {size / 1e9:.2f} GB; O_DIRECT rate {rate / 1e9:.2f} GB/s")
     gen = lambda mode, limit: run_in_cgroup([a.llama_gen, a.model, str(a.tokens), mode], limit)
     subprocess.run(["cat", a.model], stdout=subprocess.DEVNULL, check=True)

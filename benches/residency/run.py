@@ -44,6 +44,19 @@ def dd_rate(path):
     return os.path.getsize(path) / (time.perf_counter() - t0)
 
 
+def can_limit():
+    """Whether this process can make memory cgroups; says why not when not."""
+    if os.geteuid() != 0 or not os.access(ROOT, os.W_OK):
+        print(f"SKIPPED: needs root and a writable cgroup-v1 memory controller at {ROOT}")
+        return False
+    return True
+
+
+def size_and_rate(path):
+    """The file's size, and the median of three cold O_DIRECT reads' rates."""
+    return os.path.getsize(path), statistics.median(dd_rate(path) for _ in range(3))
+
+
 def run_in_cgroup(cmd, limit=None):
     """Run `cmd`, in a fresh memory cgroup of `limit` bytes (None: none), and
     return its JSON output (or {"failed": status, "stderr": ...}) with the
@@ -94,11 +107,9 @@ def main():
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--modes", default="plain,announce")
     a = p.parse_args()
-    if os.geteuid() != 0 or not os.access(ROOT, os.W_OK):
-        print(f"SKIPPED: needs root and a writable cgroup-v1 memory controller at {ROOT}")
+    if not can_limit():
         return
-    size = os.path.getsize(a.model)
-    rate = statistics.median(dd_rate(a.model) for _ in range(3))
+    size, rate = size_and_rate(a.model)
     print(f"model {a.model}: {size / 1e9:.2f} GB; O_DIRECT rate {rate / 1e9:.2f} GB/s "
           f"(weights and routing SYNTHETIC)")
     rows = []

@@ -37,24 +37,13 @@
 #include "weightmap.h"
 #include "weightmap-ggml.h"
 
+#include "check.h"
+
 #define LAYERS 2
 #define TOKENS 4
 #define USED 2
 #define EMBD 256
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        if (cond) {                                                         \
-            passed++;                                                       \
-        } else {                                                            \
-            failed++;                                                       \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fprintf(stderr, "\n");                                          \
-        }                                                                   \
-    } while (0)
 
 /* What one compute gave, and what was announced during it. */
 struct run {

@@ -50,21 +50,10 @@
 #include "weightmap.h"
 #include "weightmap-ggml.h"
 
+#include "check.h"
+
 #define MAX_T 64
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        if (cond) {                                                         \
-            passed++;                                                       \
-        } else {                                                            \
-            failed++;                                                       \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fprintf(stderr, "\n");                                          \
-        }                                                                   \
-    } while (0)
 
 /* The graph's outputs for one set of weight tensors. */
 struct outputs {
