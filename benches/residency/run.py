@@ -21,7 +21,6 @@ must be the in-memory run's: the same bytes were read.
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import time
@@ -59,9 +58,8 @@ def size_and_rate(path):
 
 def run_in_cgroup(cmd, limit=None):
     """Run `cmd`, in a fresh memory cgroup of `limit` bytes (None: none), and
-    return its JSON output (or {"failed": status, "stderr": ...}) with the
-    bytes it read from the device (getrusage's ru_inblock) and how many
-    times the kernel's OOM killer ran in the cgroup."""
+    return its JSON output (or {"failed": status, "stderr": ...}) with how
+    many times the kernel's OOM killer ran in the cgroup."""
     cg = None
     if limit is not None:
         cg = f"{ROOT}/weightmap-residency-{os.getpid()}"
@@ -71,21 +69,14 @@ def run_in_cgroup(cmd, limit=None):
             with open(f"{cg}/memory.limit_in_bytes", "w") as f:
                 f.write(str(limit))
             cmd = ["sh", "-c", 'echo $$ > "$1/cgroup.procs"; shift; exec "$@"', "sh", cg, *cmd]
-        # RUSAGE_CHILDREN sums the children waited for: this one's bytes are
-        # the difference.
-        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        out, err = proc.communicate()
-        inblock = resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock - before
+        proc = subprocess.run(cmd, capture_output=True, text=True)
         kills = 0
         if cg:
             with open(f"{cg}/memory.oom_control") as f:
                 kills = int(next((l.split()[1] for l in f if l.startswith("oom_kill ")), "0"))
         if proc.returncode != 0:
-            return {"failed": proc.returncode, "stderr": err[-300:]}, kills
-        r = json.loads(out)
-        r["device_read_bytes"] = inblock * 512
-        return r, kills
+            return {"failed": proc.returncode, "stderr": proc.stderr[-300:]}, kills
+        return json.loads(proc.stdout), kills
     finally:
         if cg:
             os.rmdir(cg)

@@ -121,7 +121,6 @@ static inline int wm_ggml_place(wm_weights *w, ggml_backend_buffer_type_t buft, 
     return rc;
 }
 
-
 /* ---- Announcing from a ggml graph: wm_ggml_announce ---------------------
  *
  * A ggml_backend_sched eval callback that makes a ggml runtime announce by
