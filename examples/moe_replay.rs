@@ -2,7 +2,8 @@
 //! `blk.N.ffn_{gate,up,down}_exps.weight` with `ne[2] = n_expert`), for
 //! `benches/residency`: each token reads what a decode step reads (one row
 //! of the token embedding, every layer's dense tensors, the routed experts'
-//! slices of its expert tensors, the output matrix), with a stand-in for the
+//! slices of its expert tensors, the output matrix, which is the token
+//! embedding where the model ties them), with a stand-in for the
 //! compute (a sum of every 8-byte word, on `--threads` threads, which runs at
 //! the memory's rate as a quantized matrix-vector product does). The routing
 //! is SYNTHETIC, from a seed: `uniform` (each token's `expert_used_count`
@@ -141,10 +142,15 @@ fn model_of(w: &Weights) -> Model {
         .map(|&i| w.tensor_at(i).unwrap().info().experts())
         .max()
         .unwrap_or(0) as u32;
-    let mut tail = vec![need("output_norm.weight")];
-    tail.extend(index("output.weight"));
+    // A model without `output.weight` (gemma's) ties its output to the
+    // token embedding, which each token then reads whole.
+    let embd = need("token_embd.weight");
+    let tail = vec![
+        need("output_norm.weight"),
+        index("output.weight").unwrap_or(embd),
+    ];
     Model {
-        embd: need("token_embd.weight"),
+        embd,
         layers,
         tail,
         n_expert,
@@ -285,6 +291,10 @@ fn compute(w: &Weights, parts: &[Part], threads: usize) -> u64 {
     })
 }
 
+fn join(items: impl Iterator<Item = String>) -> String {
+    items.collect::<Vec<_>>().join(", ")
+}
+
 fn read_bytes() -> u64 {
     let io = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
     io.lines()
@@ -407,7 +417,8 @@ fn main() {
         .iter()
         .map(|r| token_parts(&m, &w, r, ids.next()))
         .collect();
-    let (mut checksum, mut token_ms, io0) = (0u64, Vec::new(), read_bytes());
+    let (mut checksum, mut token_ms, mut token_read, io0) =
+        (0u64, Vec::new(), Vec::new(), read_bytes());
     let announcing = a.mode.starts_with("announce");
     if a.mode == "announce-random" {
         for &i in m.layers.iter().flat_map(|l| &l.experts) {
@@ -438,6 +449,7 @@ fn main() {
             checksum = checksum.wrapping_add(compute(&w, parts, a.threads));
         }
         token_ms.push(start.elapsed().as_secs_f64() * 1e3);
+        token_read.push(read_bytes());
     }
     let read = read_bytes() - io0;
     let touched: u64 = tokens
@@ -453,11 +465,17 @@ fn main() {
         .map(|b| missed_per_token(&w, &tokens, b.saturating_sub(64 << 20)))
         .unwrap_or((f64::NAN, f64::NAN));
     let json = format!(
-        "{{\"mode\": \"{}\", \"routing\": \"{}\", \"synthetic_routing\": true, \"tokens\": {}, \"layers\": {}, \"experts\": {}, \"used\": {}, \"load_ms\": {:.1}, \"first_token_ms\": {:.1}, \"tok_s\": {:.3}, \"read_bytes_per_token\": {:.0}, \"touched_bytes_per_token\": {:.0}, \"fixed_missed_per_token\": {}, \"lru_missed_per_token\": {}, \"checksum\": \"{checksum:016x}\"}}",
+        "{{\"mode\": \"{}\", \"routing\": \"{}\", \"synthetic_routing\": true, \"tokens\": {}, \"layers\": {}, \"experts\": {}, \"used\": {}, \"load_ms\": {:.1}, \"first_token_ms\": {:.1}, \"tok_s\": {:.3}, \"read_bytes_per_token\": {:.0}, \"touched_bytes_per_token\": {:.0}, \"fixed_missed_per_token\": {}, \"lru_missed_per_token\": {}, \"checksum\": \"{checksum:016x}\", \"token_ms\": [{}], \"token_read_bytes\": [{}]}}",
         a.mode, a.routing, a.tokens, m.layers.len(), m.n_expert, m.n_used, load_ms, token_ms[0],
         1e3 / steady, read as f64 / n, touched as f64 / n,
         if fixed.is_nan() { "null".into() } else { format!("{fixed:.0}") },
         if lru.is_nan() { "null".into() } else { format!("{lru:.0}") },
+        join(token_ms.iter().map(|ms| format!("{ms:.1}"))),
+        join(token_read.iter().scan(io0, |prev, &now| {
+            let d = now - *prev;
+            *prev = now;
+            Some(d.to_string())
+        })),
     );
     if a.json {
         println!("{json}");

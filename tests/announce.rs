@@ -23,6 +23,11 @@ const MIB: usize = 1 << 20;
 /// [1024, 1024, 4], f32), `b` (4 MiB) and a 1-D `norm`, synced so that
 /// eviction can drop them.
 fn moe_model(dir: &Path) -> PathBuf {
+    moe_model_of(dir, 4)
+}
+
+/// [`moe_model`] with experts of `expert_mib` MiB each.
+fn moe_model_of(dir: &Path, expert_mib: usize) -> PathBuf {
     let path = dir.join("moe.gguf");
     let mut w = Writer::new(32);
     w.tensor(
@@ -34,8 +39,8 @@ fn moe_model(dir: &Path) -> PathBuf {
     w.tensor(
         "blk.0.ffn_up_exps.weight",
         TensorType::F32,
-        &[1024, 1024, 4],
-        common::pattern(2, 16 * MIB),
+        &[256 * expert_mib as u64, 1024, 4],
+        common::pattern(2, 4 * expert_mib * MIB),
     );
     w.tensor(
         "b",
@@ -196,6 +201,76 @@ fn over_budget_a_slice_whose_use_is_over_is_released_and_the_most_used_stay() {
     roomy.prefetch(&[Need::experts(exps, &[1])]).unwrap();
     let both = settled_fraction(&roomy, name);
     assert!((0.49..=0.52).contains(&both), "{both}");
+}
+
+#[test]
+fn over_budget_a_fault_on_an_announced_expert_reads_only_its_own_pages() {
+    let test = "over_budget_a_fault_on_an_announced_expert_reads_only_its_own_pages";
+    let dir = tempfile::tempdir().unwrap();
+    // Experts of 3 MiB, so that one's ends are not those of the 2 MiB
+    // folios the region is read in where the kernel reads huge pages.
+    let path = moe_model_of(dir.path(), 3);
+    let budget = (64 + 8 + 3) * MIB as u64 + 4096;
+    let w = load(
+        &path,
+        &LoadOptions::default()
+            .prefetch(Prefetch::None)
+            .budget(budget),
+    );
+    let name = "blk.0.ffn_up_exps.weight";
+    let exps = w.tensor_index(name).unwrap();
+    w.prefetch(&[Need::experts(exps, &[1])]).unwrap();
+    if !common::page_cache_observable(test) {
+        return;
+    }
+    settled_fraction(&w, name);
+    // The runtime computes on expert 1 after its pages were dropped: each
+    // fault reads its own page, not the huge-page folio around it, which
+    // holds parts of experts 0 and 2 (the default advice reads the region
+    // in huge pages where the kernel can), nor the read-ahead around it.
+    evict(&path).unwrap();
+    let bytes = w.tensor_at(exps).unwrap().host_bytes().unwrap();
+    let expert = &bytes[3 * MIB..6 * MIB];
+    let touched: u64 = expert.iter().step_by(4096).map(|&b| u64::from(b)).sum();
+    std::hint::black_box(touched);
+    let fraction = w.residency(name).unwrap().unwrap().fraction();
+    assert!(
+        (0.24..=0.26).contains(&fraction),
+        "{fraction}: the faults read more than expert 1"
+    );
+}
+
+#[test]
+fn over_budget_a_tensor_announced_whole_is_read_ahead_from_its_start_only() {
+    let test = "over_budget_a_tensor_announced_whole_is_read_ahead_from_its_start_only";
+    let dir = tempfile::tempdir().unwrap();
+    // A 32 MiB tensor (four 8 MiB experts), announced whole.
+    let path = moe_model_of(dir.path(), 8);
+    let name = "blk.0.ffn_up_exps.weight";
+    let budget = (64 + 16) * MIB as u64;
+    let w = load(
+        &path,
+        &LoadOptions::default()
+            .prefetch(Prefetch::None)
+            .budget(budget),
+    );
+    let i = w.tensor_index(name).unwrap();
+    if !common::page_cache_observable(test) {
+        w.prefetch(&[Need::tensor(i)]).unwrap();
+        return;
+    }
+    evict(&path).unwrap();
+    w.prefetch(&[Need::tensor(i)]).unwrap();
+    // Its first 16 MiB: read ahead whole, it would evict its own start in
+    // a budget this small before the compute reached it.
+    let half = settled_fraction(&w, name);
+    assert!((0.49..=0.52).contains(&half), "{half}");
+    // Where the weights fit, all of it.
+    let roomy = load(&path, &LoadOptions::default().prefetch(Prefetch::None));
+    evict(&path).unwrap();
+    roomy.prefetch(&[Need::tensor(i)]).unwrap();
+    let all = settled_fraction(&roomy, name);
+    assert!(all > 0.99, "{all}");
 }
 
 #[test]

@@ -142,6 +142,8 @@ def report(row):
             print(f"  {mode:9s} failed: {rs}")
             continue
         tok_s = statistics.median(r["tok_s"] for r in ok)
+        late_tok_s = statistics.median(later_tok_s(r) for r in ok)
+        late_read = statistics.median(later_read(r) for r in ok)
         first = statistics.median(r["first_token_ms"] for r in ok)
         read = statistics.median(r["read_bytes_per_token"] for r in ok)
         same = all(r["checksum"] == mem["checksum"] for r in ok)
@@ -149,6 +151,21 @@ def report(row):
         print(f"  {mode:9s} {tok_s:7.2f} tok/s ({tok_s / limit:4.0%} of the limit)  first token "
               f"{first:8.1f} ms  read {read / 1e6:7.0f} MB a token  bytes "
               f"{'same' if same else 'DIFFER'}  OOM kills {kills}")
+        print(f"  {'':9s} second half of the tokens: {late_tok_s:7.2f} tok/s "
+              f"({late_tok_s / limit:4.0%} of the limit), read {late_read / 1e6:7.0f} MB a token")
+
+
+def later_tok_s(run):
+    """tok/s over the second half of a run's tokens, once its resident set
+    has filled."""
+    ms = run["token_ms"][len(run["token_ms"]) // 2:]
+    return 1e3 * len(ms) / sum(ms)
+
+
+def later_read(run):
+    """Bytes read a token over the second half of a run's tokens."""
+    read = run["token_read_bytes"][len(run["token_read_bytes"]) // 2:]
+    return sum(read) / len(read)
 
 
 if __name__ == "__main__":

@@ -225,6 +225,20 @@ impl Mapping {
         }
     }
 
+    /// Undo [`Mapping::read_in_huge_pages`] over the whole pages inside
+    /// `[start, end)` (`MADV_NOHUGEPAGE`): faults there read base pages
+    /// again, so that dropping a part of the range
+    /// ([`Mapping::release`]) is not kept from it by a huge-page folio
+    /// that also holds the rest. Advisory.
+    pub fn read_in_base_pages(&self, start: usize, end: usize) {
+        let (off, len) = self.view().inward(start, end);
+        if let Some(m) = self.file_map() {
+            if len > 0 {
+                m.base_pages(off, len);
+            }
+        }
+    }
+
     /// Queue reads of `[start, end)` into the page cache (`MADV_WILLNEED`;
     /// Windows `PrefetchVirtualMemory`) and return without waiting for them.
     /// Advisory: failure is ignored.

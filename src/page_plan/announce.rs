@@ -54,6 +54,9 @@ pub(crate) struct Announcer {
     /// thread costs a switch, both of which a runtime announcing every
     /// token would otherwise pay on every token.
     read_once: Option<Mutex<HashSet<Range>>>,
+    /// Where they exceed it, the expert tensors already read only as
+    /// announced, by address.
+    advised: Mutex<HashSet<usize>>,
 }
 
 #[derive(Debug)]
@@ -72,6 +75,7 @@ impl Announcer {
             mapped,
             started: Mutex::new(None),
             read_once: fits.then(|| Mutex::new(HashSet::new())),
+            advised: Mutex::new(HashSet::new()),
         }
     }
 
@@ -93,22 +97,42 @@ impl Announcer {
             if announced.is_empty() {
                 return;
             }
+        } else {
+            self.read_only_as_announced(&announced);
         }
         let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
         let residency = || Residency::new(self.budget, self.mapped);
         let started = started.get_or_insert_with(|| Started::spawn(residency()));
         let mut announced = announced.into_iter();
+        let over_budget = self.read_once.is_none();
         if let Some(tx) = &started.to_thread {
             for a in announced.by_ref() {
                 if let Err(unsent) = tx.send(a) {
                     // The thread is gone (it never panics, but if it did):
                     // this and the rest are read ahead here.
-                    read_ahead(&unsent.0);
+                    read_ahead(&unsent.0, over_budget);
                     break;
                 }
             }
         }
-        announced.for_each(|a| read_ahead(&a));
+        announced.for_each(|a| read_ahead(&a, over_budget));
+    }
+
+    /// Over the budget, read each expert tensor only as announced from its
+    /// first announcement on ([`read_only_as_announced`]). That is done
+    /// here, in the runtime's thread, before the runtime computes on the
+    /// tensor: on the reading thread it would come after the runtime's first
+    /// faults there, which would read around themselves in huge-page
+    /// folios that no release can drop.
+    fn read_only_as_announced(&self, announced: &[Announced]) {
+        let mut advised = self.advised.lock().unwrap_or_else(|e| e.into_inner());
+        for a in announced {
+            for (tensor, _) in &a.experts {
+                if advised.insert(a.map.addr() + tensor.0) {
+                    read_only_as_announced(&a.map, tensor.0, tensor.1);
+                }
+            }
+        }
     }
 }
 
@@ -143,41 +167,61 @@ impl Drop for Started {
     }
 }
 
-/// The thread's loop: for each announcement, where the weights exceed the
-/// budget, the expert tensors it names first are read only as announced
-/// from then on and the slices whose use is over and that do not stay
-/// resident are released; then every announced range is read ahead.
+/// The thread's loop: for each announcement, every announced range is read
+/// ahead, and then, where the weights exceed the budget, the slices the
+/// residency lets go are released. The reads come first because the runtime
+/// is about to compute on them: a page it reaches before its read is queued
+/// costs a fault that reads that page alone.
 fn serve(rx: Receiver<Announced>, mut residency: Residency) {
-    // Expert tensors already advised, by address.
-    let mut advised = HashSet::new();
     for a in rx {
         // The residency keys ranges by address, so that the files of a
         // model in several tell theirs apart.
         let base = a.map.addr();
         let at = |r: &Range| (base + r.0, base + r.1);
-        // Where the weights fit, nothing is advised, kept or released.
+        // Where the weights fit, nothing is kept or released.
         let experts = match residency.exceeds_budget() {
             true => &a.experts[..],
             false => &[],
         };
-        for (tensor, slices) in experts {
-            if advised.insert(base + tensor.0) {
-                read_only_as_announced(&a.map, tensor.0, tensor.1);
-            }
-            let slices: Vec<Range> = slices.iter().map(at).collect();
-            for (start, end) in residency.announce(at(tensor), &slices) {
+        let announced: Vec<Vec<Range>> = experts
+            .iter()
+            .map(|(_, slices)| slices.iter().map(at).collect())
+            .collect();
+        let mut done = Vec::new();
+        for ((tensor, _), slices) in experts.iter().zip(&announced) {
+            done.extend(residency.announce(at(tensor), slices));
+        }
+        read_ahead(&a, residency.exceeds_budget());
+        for (start, end) in done {
+            // One tensor's announcement may let go of a slice another in
+            // the same one names: that slice stays.
+            if !announced.iter().flatten().any(|&r| r == (start, end)) {
                 // Advisory: a failure leaves the pages to reclaim.
                 let _ = a.map.release(start - base, end - base);
             }
         }
-        read_ahead(&a);
     }
 }
 
-/// Queue the reads of `a`'s ranges, near ones joined.
-fn read_ahead(a: &Announced) {
+/// How far a tensor announced whole is read ahead from its start where the
+/// weights exceed the budget; the fault path's read-ahead streams the rest
+/// as the compute reaches it. Read ahead whole, a tensor larger than what
+/// the budget leaves free evicts its own first pages before the compute
+/// reads them.
+const WHOLE_AHEAD_OVER_BUDGET: usize = 16 << 20;
+
+/// Queue the reads of `a`'s ranges, near ones joined; `over_budget`, only
+/// the start of each tensor announced whole.
+fn read_ahead(a: &Announced, over_budget: bool) {
+    let whole = a.whole.iter().map(|&(start, end)| match over_budget {
+        true => (
+            start,
+            end.min(start.saturating_add(WHOLE_AHEAD_OVER_BUDGET)),
+        ),
+        false => (start, end),
+    });
     let slices = a.experts.iter().flat_map(|(_, s)| s.iter().copied());
-    for (start, end) in merge(a.whole.iter().copied().chain(slices).collect()) {
+    for (start, end) in merge(whole.chain(slices).collect()) {
         a.map.will_need(start, end);
     }
 }

@@ -360,16 +360,24 @@ pub(crate) fn drop_from(last_end: u64, floor: u64) -> u64 {
 /// Turn off the read-ahead of the fault path over `[start, end)` of `map`,
 /// a tensor whose experts the runtime announces, in weights that exceed the
 /// memory budget (where they fit, the prefetch reads every tensor whole and
-/// the advice would only slow it): from then on a fault reads
-/// only its page, and the announcements read what is used. Left to the
-/// kernel's read-ahead, each fault on an expert's slice reads around it
-/// (the device's read-ahead, and huge-page folios) into experts no token
-/// chose, which a model larger than memory cannot afford: on the synthetic
-/// OLMoE layout in a cgroup of half the file it read 2.5 to 4 times what
-/// was touched (BENCHMARKS.md, "Models larger than memory"). Advisory: a
-/// failure only leaves the read-ahead on.
+/// the advice would only slow it): from then on a fault reads only its
+/// page, and the announcements read what is used. Left to the kernel's
+/// read-ahead, each fault on an expert's slice reads around it (the
+/// device's read-ahead) into experts no token chose, which a model larger
+/// than memory cannot afford: on the synthetic OLMoE layout in a cgroup of
+/// half the file it read 2.5 to 4 times what was touched (BENCHMARKS.md,
+/// "Models larger than memory").
+///
+/// The range is read in base pages too. Under `MADV_HUGEPAGE` a fault reads
+/// its whole 2 MiB folio even under `MADV_RANDOM` (Linux's
+/// `do_sync_mmap_readahead`), and an expert's slice is rarely a multiple
+/// of 2 MiB (1.1 MiB in OLMoE's layout), so that folio holds parts of its
+/// neighbours, and no release of one slice can drop it
+/// (`POSIX_FADV_DONTNEED` drops only folios wholly inside its range).
+/// Advisory: a failure only leaves the read-ahead on.
 pub(crate) fn read_only_as_announced(map: &Mapping, start: usize, end: usize) {
     let _ = map.advise_inward(AccessAdvice::Random, start, end);
+    map.read_in_base_pages(start, end);
 }
 
 /// The prefetch of one file of a model in several, `region` bytes of

@@ -65,6 +65,9 @@ impl FileMap {
     pub(crate) fn huge_pages(&self, _: usize, _: usize) -> bool {
         match self.never {}
     }
+    pub(crate) fn base_pages(&self, _: usize, _: usize) {
+        match self.never {}
+    }
     pub(crate) fn will_need(&self, _: usize, _: usize) {
         match self.never {}
     }

@@ -222,6 +222,17 @@ impl FileMap {
         }
     }
 
+    /// `MADV_NOHUGEPAGE` over the range (Linux and Android; elsewhere
+    /// nothing): its faults read base pages again. Advisory.
+    pub(crate) fn base_pages(&self, off: usize, len: usize) {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        // SAFETY: the range is page-aligned and inside this live map;
+        // MADV_NOHUGEPAGE changes how pages are read and mapped, not what
+        // they hold.
+        let _ = unsafe { madvise(self.at(off), len, libc::MADV_NOHUGEPAGE) };
+        let _ = (off, len);
+    }
+
     /// Queue reads of the range (`MADV_WILLNEED`; Apple: `F_RDADVISE` too).
     /// Linux caps one call at the device's read-ahead size, so the range is
     /// advised in 1 MiB pieces.

@@ -226,6 +226,9 @@ impl FileMap {
         false
     }
 
+    /// Nothing: views are read in base pages here.
+    pub(crate) fn base_pages(&self, _off: usize, _len: usize) {}
+
     /// `PrefetchVirtualMemory` over the range (Windows 8+): reads are
     /// queued and the call returns. Advisory.
     pub(crate) fn will_need(&self, off: usize, len: usize) {
