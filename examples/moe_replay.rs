@@ -419,13 +419,7 @@ fn main() {
         .collect();
     let (mut checksum, mut token_ms, mut token_read, io0) =
         (0u64, Vec::new(), Vec::new(), read_bytes());
-    let announcing = a.mode.starts_with("announce");
-    if a.mode == "announce-random" {
-        for &i in m.layers.iter().flat_map(|l| &l.experts) {
-            w.advise(w.tensor_at(i).unwrap().name(), AccessAdvice::Random)
-                .unwrap();
-        }
-    }
+    let announcing = a.mode == "announce";
     for (t, steps) in tokens.iter().enumerate() {
         let start = Instant::now();
         for (s, parts) in steps.iter().enumerate() {

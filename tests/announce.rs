@@ -241,35 +241,37 @@ fn over_budget_a_fault_on_an_announced_expert_reads_only_its_own_pages() {
 }
 
 #[test]
-fn over_budget_a_tensor_announced_whole_is_read_ahead_from_its_start_only() {
-    let test = "over_budget_a_tensor_announced_whole_is_read_ahead_from_its_start_only";
+fn over_budget_a_tensor_announced_whole_is_left_to_the_fault_path() {
+    let test = "over_budget_a_tensor_announced_whole_is_left_to_the_fault_path";
     let dir = tempfile::tempdir().unwrap();
-    // A 32 MiB tensor (four 8 MiB experts), announced whole.
-    let path = moe_model_of(dir.path(), 8);
-    let name = "blk.0.ffn_up_exps.weight";
-    let budget = (64 + 16) * MIB as u64;
+    let path = moe_model(dir.path());
+    let budget = (64 + 8 + 4) * MIB as u64 + 4096;
     let w = load(
         &path,
         &LoadOptions::default()
             .prefetch(Prefetch::None)
             .budget(budget),
     );
-    let i = w.tensor_index(name).unwrap();
+    let exps = w.tensor_index("blk.0.ffn_up_exps.weight").unwrap();
+    let a = w.tensor_index("a").unwrap();
     if !common::page_cache_observable(test) {
-        w.prefetch(&[Need::tensor(i)]).unwrap();
+        w.prefetch(&[Need::tensor(a)]).unwrap();
         return;
     }
     evict(&path).unwrap();
-    w.prefetch(&[Need::tensor(i)]).unwrap();
-    // Its first 16 MiB: read ahead whole, it would evict its own start in
-    // a budget this small before the compute reached it.
-    let half = settled_fraction(&w, name);
-    assert!((0.49..=0.52).contains(&half), "{half}");
-    // Where the weights fit, all of it.
+    // `a` whole, then an expert: once the expert is read, the thread has
+    // seen both announcements, and read nothing of `a` (but the pages it
+    // shares with the header, which the load mapped, and with expert 0).
+    w.prefetch(&[Need::tensor(a)]).unwrap();
+    w.prefetch(&[Need::experts(exps, &[0])]).unwrap();
+    settled_fraction(&w, "blk.0.ffn_up_exps.weight");
+    let read = w.residency("a").unwrap().unwrap().fraction();
+    assert!(read < 0.05, "{read}");
+    // Where the weights fit, it is read ahead.
     let roomy = load(&path, &LoadOptions::default().prefetch(Prefetch::None));
     evict(&path).unwrap();
-    roomy.prefetch(&[Need::tensor(i)]).unwrap();
-    let all = settled_fraction(&roomy, name);
+    roomy.prefetch(&[Need::tensor(a)]).unwrap();
+    let all = settled_fraction(&roomy, "a");
     assert!(all > 0.99, "{all}");
 }
 
@@ -279,6 +281,7 @@ fn the_report_says_what_stays_resident_and_a_budget_below_the_dense_part_still_l
     let path = moe_model(dir.path());
     let fits = load(&path, &LoadOptions::default().budget(1 << 40));
     assert_eq!(fits.report().residency, ResidencyPlan::Fits);
+    assert!(fits.report().streamed_tensors.is_empty());
     // Not even the 8 MiB read whole fit beside the runtime's 64 MiB.
     let tight = LoadOptions::default().budget(68 * MIB as u64);
     let w = load(&path, &tight);
@@ -289,6 +292,9 @@ fn the_report_says_what_stays_resident_and_a_budget_below_the_dense_part_still_l
     };
     assert_eq!(w.report().residency, all);
     assert!(w.report().residency.to_string().starts_with("stream all: "));
+    // The largest tensors read whole stream through until the rest (the
+    // 64-byte norm) fits in the 4 MiB left: both 4 MiB ones.
+    assert_eq!(w.report().streamed_tensors, ["a", "b"]);
     // It runs: announcements and reads work as ever.
     w.prefetch(&[Need::tensor(0), Need::experts(1, &[1, 2])])
         .unwrap();
@@ -301,4 +307,5 @@ fn the_report_says_what_stays_resident_and_a_budget_below_the_dense_part_still_l
         &tight.clone().mode(LoadMode::Stream).ignore_budget(true),
     );
     assert_eq!(streamed.report().residency, ResidencyPlan::Fits);
+    assert!(streamed.report().streamed_tensors.is_empty());
 }

@@ -146,7 +146,8 @@
 
 /**
  * [`wm_residency`]'s kind: over the budget with no room for expert slices
- * (or no expert tensors): every tensor streams, read ahead as announced.
+ * (or no expert tensors): the largest tensors read whole stream through in
+ * order until the rest fits, and the expert slices as announced.
  */
 #define WM_RESIDENCY_STREAM_ALL 2
 

@@ -84,7 +84,8 @@ pub const WM_RESIDENCY_FITS: u32 = 0;
 /// resident and the expert tensors' slices stream as announced.
 pub const WM_RESIDENCY_STREAM_EXPERTS: u32 = 1;
 /// [`wm_residency`]'s kind: over the budget with no room for expert slices
-/// (or no expert tensors): every tensor streams, read ahead as announced.
+/// (or no expert tensors): the largest tensors read whole stream through in
+/// order until the rest fits, and the expert slices as announced.
 pub const WM_RESIDENCY_STREAM_ALL: u32 = 2;
 
 /// What stays resident of the weights under the load's memory budget, and

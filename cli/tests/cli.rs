@@ -357,6 +357,7 @@ fn load_both_modes_give_the_same_bytes() {
         "residency",
         "residency_kind",
         "random_access_tensors",
+        "streamed_tensors",
         "shards",
         "shard_files",
         "warnings",

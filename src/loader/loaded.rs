@@ -76,6 +76,8 @@ pub(crate) struct Loaded {
     pub prefetcher: Option<Prefetcher>,
     pub prefetch: PrefetchDecision,
     pub random_access: Vec<usize>,
+    /// The tensors read whole that stream through the budget.
+    pub streamed: Vec<usize>,
     /// What became of the re-read of small folios.
     pub reread: Reread,
     pub copied: Vec<CopiedTensor>,
@@ -141,6 +143,11 @@ impl Loaded {
             budget: self.budget.clone(),
             random_access_tensors: self
                 .random_access
+                .iter()
+                .map(|&i| infos.at(i).name.to_owned())
+                .collect(),
+            streamed_tensors: self
+                .streamed
                 .iter()
                 .map(|&i| infos.at(i).name.to_owned())
                 .collect(),

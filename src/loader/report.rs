@@ -186,6 +186,12 @@ pub struct LoadReport {
     /// [`crate::AdvicePolicy::PerTensor`] (empty otherwise, and on the
     /// stream path).
     pub random_access_tensors: Vec<String>,
+    /// The tensors read whole that stream through the page cache because,
+    /// together, they exceed the memory budget
+    /// ([`ResidencyPlan::StreamAll`]), advised `MADV_SEQUENTIAL` under
+    /// [`crate::AdvicePolicy::PerTensor`]: the largest first, until the rest
+    /// fits (empty otherwise, and on the stream path).
+    pub streamed_tensors: Vec<String>,
     /// The memory budget the load was held to.
     pub budget: Budget,
     /// What stays resident when the mapped tensors are larger than the

@@ -203,23 +203,16 @@ fn serve(rx: Receiver<Announced>, mut residency: Residency) {
     }
 }
 
-/// How far a tensor announced whole is read ahead from its start where the
-/// weights exceed the budget; the fault path's read-ahead streams the rest
-/// as the compute reaches it. Read ahead whole, a tensor larger than what
-/// the budget leaves free evicts its own first pages before the compute
-/// reads them.
-const WHOLE_AHEAD_OVER_BUDGET: usize = 16 << 20;
-
-/// Queue the reads of `a`'s ranges, near ones joined; `over_budget`, only
-/// the start of each tensor announced whole.
+/// Queue the reads of `a`'s ranges, near ones joined. Where the weights
+/// exceed the budget (`over_budget`), tensors announced whole are left to
+/// the fault path: a decode step reads them in order, and the page plan has
+/// advised those that cannot stay to be read ahead sequentially
+/// ([`streamed_whole`](super::plan::streamed_whole)); those that stay are
+/// read once. Read ahead besides, they only compete for the budget: a
+/// tensor larger than what it leaves free evicts its own first pages
+/// before the compute reaches them.
 fn read_ahead(a: &Announced, over_budget: bool) {
-    let whole = a.whole.iter().map(|&(start, end)| match over_budget {
-        true => (
-            start,
-            end.min(start.saturating_add(WHOLE_AHEAD_OVER_BUDGET)),
-        ),
-        false => (start, end),
-    });
+    let whole = a.whole.iter().copied().filter(|_| !over_budget);
     let slices = a.experts.iter().flat_map(|(_, s)| s.iter().copied());
     for (start, end) in merge(whole.chain(slices).collect()) {
         a.map.will_need(start, end);

@@ -320,9 +320,11 @@ pub enum ResidencyPlan {
         budget: u64,
     },
     /// Larger than the budget, with no room for any expert slice beside the
-    /// tensors read whole (or no expert tensors at all): every tensor
-    /// streams through the page cache, read ahead as announced. The load
-    /// still runs.
+    /// tensors read whole (or no expert tensors at all): the expert slices
+    /// stream through the page cache as announced, and so do the largest
+    /// tensors read whole, in order, until the rest fits
+    /// ([`LoadReport::streamed_tensors`](crate::LoadReport::streamed_tensors)).
+    /// The load still runs.
     StreamAll {
         /// Bytes of the mapped tensors.
         mapped: u64,
@@ -364,7 +366,8 @@ impl fmt::Display for ResidencyPlan {
             ResidencyPlan::StreamAll { mapped, budget } => write!(
                 f,
                 "stream all: {} of tensors over a memory budget ({}) that holds not even \
-                 those read whole; every tensor streams, read ahead as announced",
+                 those read whole; the largest of them stream through in order, the expert \
+                 slices as announced",
                 mib(*mapped),
                 mib(*budget)
             ),

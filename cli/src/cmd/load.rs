@@ -514,6 +514,8 @@ fn report_json(a: &Args, r: &LoadReport, m: &Measured) -> String {
         "vm_hwm_after_touch_kib": after.and_then(|m| m.vm_hwm_kib),
         "huge_pages": super::huge_pages_json(&s.huge),
     });
+    // Beside the rest (one more key in `json!` passes its recursion limit).
+    o["streamed_tensors"] = json!(r.streamed_tensors);
     // Only with --hashes: without it the key is absent, not empty.
     if a.hashes {
         o["tensors"] = m
@@ -572,10 +574,9 @@ fn report_rows(a: &Args, r: &LoadReport, m: &Measured) -> Vec<Vec<String>> {
         || "none (nothing copied)".into(),
         |rd| format!("{}, {} threads", rd.direct, rd.threads),
     );
-    let random_access = if r.random_access_tensors.is_empty() {
-        "none".into()
-    } else {
-        r.random_access_tensors.join(", ")
+    let names = |tensors: &[String]| match tensors.is_empty() {
+        true => "none".to_owned(),
+        false => tensors.join(", "),
     };
     let huge_label = if a.touch {
         "huge pages after touch:"
@@ -596,7 +597,8 @@ fn report_rows(a: &Args, r: &LoadReport, m: &Measured) -> Vec<Vec<String>> {
         ("prefetch:", r.prefetch.to_string()),
         ("residency:", r.residency.to_string()),
         ("reads:", reads),
-        ("random-access tensors:", random_access),
+        ("random-access tensors:", names(&r.random_access_tensors)),
+        ("streamed tensors:", names(&r.streamed_tensors)),
         ("resident before:", pct(m.resident_before)),
         ("resident after:", pct(m.resident_after)),
         ("load time:", format!("{:.3} ms", load_ms(r))),

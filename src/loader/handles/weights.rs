@@ -832,6 +832,8 @@ fn combine_reports(
         r.file_len += e.file_len;
         r.random_access_tensors
             .extend(e.random_access_tensors.iter().cloned());
+        r.streamed_tensors
+            .extend(e.streamed_tensors.iter().cloned());
         if e.mode_used == LoadMode::Stream {
             r.mode_used = LoadMode::Stream;
         }

@@ -156,6 +156,7 @@ unsafe fn map_source(
         prefetcher,
         prefetch,
         random_access: plan.random_access,
+        streamed: plan.streamed,
         whole_and_expert_bytes: plan.whole_and_expert_bytes,
         reread: plan.reread,
         copied: routes.copied,
