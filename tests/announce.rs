@@ -241,38 +241,36 @@ fn over_budget_a_fault_on_an_announced_expert_reads_only_its_own_pages() {
 }
 
 #[test]
-fn over_budget_a_tensor_announced_whole_is_left_to_the_fault_path() {
-    let test = "over_budget_a_tensor_announced_whole_is_left_to_the_fault_path";
+fn a_tensor_announced_whole_is_left_to_the_fault_path_where_those_read_whole_stream() {
+    let test = "a_tensor_announced_whole_is_left_to_the_fault_path_where_those_read_whole_stream";
     let dir = tempfile::tempdir().unwrap();
     let path = moe_model(dir.path());
-    let budget = (64 + 8 + 4) * MIB as u64 + 4096;
-    let w = load(
-        &path,
-        &LoadOptions::default()
-            .prefetch(Prefetch::None)
-            .budget(budget),
-    );
-    let exps = w.tensor_index("blk.0.ffn_up_exps.weight").unwrap();
-    let a = w.tensor_index("a").unwrap();
-    if !common::page_cache_observable(test) {
-        w.prefetch(&[Need::tensor(a)]).unwrap();
-        return;
-    }
-    evict(&path).unwrap();
-    // `a` whole, then an expert: once the expert is read, the thread has
-    // seen both announcements, and read nothing of `a` (but the pages it
-    // shares with the header, which the load mapped, and with expert 0).
-    w.prefetch(&[Need::tensor(a)]).unwrap();
-    w.prefetch(&[Need::experts(exps, &[0])]).unwrap();
-    settled_fraction(&w, "blk.0.ffn_up_exps.weight");
-    let read = w.residency("a").unwrap().unwrap().fraction();
+    let exps = 1;
+    // Room for the 8 MiB read whole and one expert (`stream_experts`),
+    // and for not even the 8 MiB (`stream_all`).
+    let roomy = (64 + 8 + 4) * MIB as u64 + 4096;
+    let tight = (64 + 4) * MIB as u64;
+    // Announce `a` whole, then an expert: once the expert is read, the
+    // thread has seen both, and read `a` ahead or not.
+    let a_read = |budget: u64| {
+        let opts = LoadOptions::default().prefetch(Prefetch::None);
+        let w = load(&path, &opts.budget(budget));
+        assert_eq!(w.tensor_index("blk.0.ffn_up_exps.weight"), Some(exps));
+        evict(&path).unwrap();
+        w.prefetch(&[Need::tensor(0)]).unwrap();
+        w.prefetch(&[Need::experts(exps, &[0])]).unwrap();
+        if !common::page_cache_observable(test) {
+            return None;
+        }
+        settled_fraction(&w, "blk.0.ffn_up_exps.weight");
+        Some(w.residency("a").unwrap().unwrap().fraction())
+    };
+    let Some(read) = a_read(roomy) else { return };
+    assert!(read > 0.99, "{read}");
+    // `a` streams: nothing of it is read ahead (but the pages it shares
+    // with the header, which the load mapped, and with expert 0).
+    let read = a_read(tight).unwrap();
     assert!(read < 0.05, "{read}");
-    // Where the weights fit, it is read ahead.
-    let roomy = load(&path, &LoadOptions::default().prefetch(Prefetch::None));
-    evict(&path).unwrap();
-    roomy.prefetch(&[Need::tensor(a)]).unwrap();
-    let all = settled_fraction(&roomy, "a");
-    assert!(all > 0.99, "{all}");
 }
 
 #[test]

@@ -57,6 +57,9 @@ pub(crate) struct Announcer {
     /// Where they exceed it, the expert tensors already read only as
     /// announced, by address.
     advised: Mutex<HashSet<usize>>,
+    /// Whether tensors announced whole are read ahead: not where even they
+    /// exceed the budget ([`read_ahead`]).
+    whole_ahead: bool,
 }
 
 #[derive(Debug)]
@@ -67,8 +70,9 @@ struct Started {
 
 impl Announcer {
     /// For weights whose mapped tensors hold `mapped` bytes, loaded under
-    /// `budget` (`None`: unknown).
-    pub(crate) fn new(budget: Option<u64>, mapped: u64) -> Announcer {
+    /// `budget` (`None`: unknown); `whole_streams` where even the tensors
+    /// read whole exceed it ([`ResidencyPlan::StreamAll`](crate::ResidencyPlan::StreamAll)).
+    pub(crate) fn new(budget: Option<u64>, mapped: u64, whole_streams: bool) -> Announcer {
         let fits = !exceeds_budget(budget, mapped);
         Announcer {
             budget,
@@ -76,6 +80,7 @@ impl Announcer {
             started: Mutex::new(None),
             read_once: fits.then(|| Mutex::new(HashSet::new())),
             advised: Mutex::new(HashSet::new()),
+            whole_ahead: !whole_streams,
         }
     }
 
@@ -102,20 +107,20 @@ impl Announcer {
         }
         let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
         let residency = || Residency::new(self.budget, self.mapped);
-        let started = started.get_or_insert_with(|| Started::spawn(residency()));
+        let whole = self.whole_ahead;
+        let started = started.get_or_insert_with(|| Started::spawn(residency(), whole));
         let mut announced = announced.into_iter();
-        let over_budget = self.read_once.is_none();
         if let Some(tx) = &started.to_thread {
             for a in announced.by_ref() {
                 if let Err(unsent) = tx.send(a) {
                     // The thread is gone (it never panics, but if it did):
                     // this and the rest are read ahead here.
-                    read_ahead(&unsent.0, over_budget);
+                    read_ahead(&unsent.0, whole);
                     break;
                 }
             }
         }
-        announced.for_each(|a| read_ahead(&a, over_budget));
+        announced.for_each(|a| read_ahead(&a, whole));
     }
 
     /// Over the budget, read each expert tensor only as announced from its
@@ -137,12 +142,12 @@ impl Announcer {
 }
 
 impl Started {
-    fn spawn(residency: Residency) -> Started {
+    fn spawn(residency: Residency, whole_ahead: bool) -> Started {
         let (tx, rx) = channel::<Announced>();
         let spawned = std::thread::Builder::new()
             .name("weightmap-announced".into())
             .stack_size(256 << 10)
-            .spawn(move || serve(rx, residency));
+            .spawn(move || serve(rx, residency, whole_ahead));
         match spawned {
             Ok(thread) => Started {
                 to_thread: Some(tx),
@@ -172,7 +177,7 @@ impl Drop for Started {
 /// residency lets go are released. The reads come first because the runtime
 /// is about to compute on them: a page it reaches before its read is queued
 /// costs a fault that reads that page alone.
-fn serve(rx: Receiver<Announced>, mut residency: Residency) {
+fn serve(rx: Receiver<Announced>, mut residency: Residency, whole_ahead: bool) {
     for a in rx {
         // The residency keys ranges by address, so that the files of a
         // model in several tell theirs apart.
@@ -191,7 +196,7 @@ fn serve(rx: Receiver<Announced>, mut residency: Residency) {
         for ((tensor, _), slices) in experts.iter().zip(&announced) {
             done.extend(residency.announce(at(tensor), slices));
         }
-        read_ahead(&a, residency.exceeds_budget());
+        read_ahead(&a, whole_ahead);
         for (start, end) in done {
             // One tensor's announcement may let go of a slice another in
             // the same one names: that slice stays.
@@ -203,16 +208,16 @@ fn serve(rx: Receiver<Announced>, mut residency: Residency) {
     }
 }
 
-/// Queue the reads of `a`'s ranges, near ones joined. Where the weights
-/// exceed the budget (`over_budget`), tensors announced whole are left to
-/// the fault path: a decode step reads them in order, and the page plan has
-/// advised those that cannot stay to be read ahead sequentially
-/// ([`streamed_whole`](super::plan::streamed_whole)); those that stay are
-/// read once. Read ahead besides, they only compete for the budget: a
-/// tensor larger than what it leaves free evicts its own first pages
-/// before the compute reaches them.
-fn read_ahead(a: &Announced, over_budget: bool) {
-    let whole = a.whole.iter().copied().filter(|_| !over_budget);
+/// Queue the reads of `a`'s ranges, near ones joined, and of its tensors
+/// announced whole only with `whole`. Where even the tensors read whole
+/// exceed the budget, they are left to the fault path: a decode step reads
+/// them in order, and the page plan has advised those that cannot stay to
+/// be read ahead sequentially
+/// ([`streamed_whole`](super::plan::streamed_whole)). Read ahead besides,
+/// they only compete for the budget: a tensor larger than what it leaves
+/// free evicts its own first pages before the compute reaches them.
+fn read_ahead(a: &Announced, whole: bool) {
+    let whole = a.whole.iter().copied().filter(|_| whole);
     let slices = a.experts.iter().flat_map(|(_, s)| s.iter().copied());
     for (start, end) in merge(whole.chain(slices).collect()) {
         a.map.will_need(start, end);
@@ -233,7 +238,7 @@ mod tests {
         // SAFETY: the temporary file is not changed while mapped.
         let map = Arc::new(unsafe { Mapping::map(f.as_file()) }.unwrap());
         // A budget below the file: slices are released as they go.
-        let announcer = Announcer::new(Some(70 << 20), 8 << 20);
+        let announcer = Announcer::new(Some(70 << 20), 8 << 20, false);
         for i in 0..4 {
             announcer.announce(vec![Announced {
                 map: Arc::clone(&map),
