@@ -107,20 +107,20 @@ impl Announcer {
         }
         let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
         let residency = || Residency::new(self.budget, self.mapped);
-        let whole = self.whole_ahead;
-        let started = started.get_or_insert_with(|| Started::spawn(residency(), whole));
+        let whole_ahead = self.whole_ahead;
+        let started = started.get_or_insert_with(|| Started::spawn(residency(), whole_ahead));
         let mut announced = announced.into_iter();
         if let Some(tx) = &started.to_thread {
             for a in announced.by_ref() {
                 if let Err(unsent) = tx.send(a) {
                     // The thread is gone (it never panics, but if it did):
                     // this and the rest are read ahead here.
-                    read_ahead(&unsent.0, whole);
+                    read_ahead(&unsent.0, whole_ahead);
                     break;
                 }
             }
         }
-        announced.for_each(|a| read_ahead(&a, whole));
+        announced.for_each(|a| read_ahead(&a, whole_ahead));
     }
 
     /// Over the budget, read each expert tensor only as announced from its
@@ -209,15 +209,15 @@ fn serve(rx: Receiver<Announced>, mut residency: Residency, whole_ahead: bool) {
 }
 
 /// Queue the reads of `a`'s ranges, near ones joined, and of its tensors
-/// announced whole only with `whole`. Where even the tensors read whole
+/// announced whole only with `whole_ahead`. Where even the tensors read whole
 /// exceed the budget, they are left to the fault path: a decode step reads
 /// them in order, and the page plan has advised those that cannot stay to
 /// be read ahead sequentially
 /// ([`streamed_whole`](super::plan::streamed_whole)). Read ahead besides,
 /// they only compete for the budget: a tensor larger than what it leaves
 /// free evicts its own first pages before the compute reaches them.
-fn read_ahead(a: &Announced, whole: bool) {
-    let whole = a.whole.iter().copied().filter(|_| whole);
+fn read_ahead(a: &Announced, whole_ahead: bool) {
+    let whole = a.whole.iter().copied().filter(|_| whole_ahead);
     let slices = a.experts.iter().flat_map(|(_, s)| s.iter().copied());
     for (start, end) in merge(whole.chain(slices).collect()) {
         a.map.will_need(start, end);
