@@ -250,26 +250,33 @@ fn a_tensor_announced_whole_is_left_to_the_fault_path_where_those_read_whole_str
     // and for not even the 8 MiB (`stream_all`).
     let roomy = (64 + 8 + 4) * MIB as u64 + 4096;
     let tight = (64 + 4) * MIB as u64;
-    // Announce `a` whole, then an expert: once the expert is read, the
-    // thread has seen both, and read `a` ahead or not.
-    let a_read = |budget: u64| {
+    let load_under = |budget: u64| {
         let opts = LoadOptions::default().prefetch(Prefetch::None);
         let w = load(&path, &opts.budget(budget));
         assert_eq!(w.tensor_index("blk.0.ffn_up_exps.weight"), Some(exps));
+        w
+    };
+    if !common::page_cache_observable(test) {
+        let w = load_under(tight);
+        w.prefetch(&[Need::tensor(0), Need::experts(exps, &[0])])
+            .unwrap();
+        return;
+    }
+    // Announce `a` whole, then an expert: once the expert is read, the
+    // thread has seen both, and read `a` ahead or not.
+    let a_read = |budget: u64| {
+        let w = load_under(budget);
         evict(&path).unwrap();
         w.prefetch(&[Need::tensor(0)]).unwrap();
         w.prefetch(&[Need::experts(exps, &[0])]).unwrap();
-        if !common::page_cache_observable(test) {
-            return None;
-        }
         settled_fraction(&w, "blk.0.ffn_up_exps.weight");
-        Some(w.residency("a").unwrap().unwrap().fraction())
+        w.residency("a").unwrap().unwrap().fraction()
     };
-    let Some(read) = a_read(roomy) else { return };
+    let read = a_read(roomy);
     assert!(read > 0.99, "{read}");
     // `a` streams: nothing of it is read ahead (but the pages it shares
     // with the header, which the load mapped, and with expert 0).
-    let read = a_read(tight).unwrap();
+    let read = a_read(tight);
     assert!(read < 0.05, "{read}");
 }
 
