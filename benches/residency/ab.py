@@ -13,7 +13,7 @@ import argparse
 import os
 import statistics
 
-from run import can_limit, evict, replay
+from run import add_case_args, can_limit, evict, replay
 
 
 def main():
@@ -21,10 +21,7 @@ def main():
     p.add_argument("after")
     p.add_argument("before")
     p.add_argument("model")
-    p.add_argument("--fractions", default="0.5,0.25")
-    p.add_argument("--routings", default="uniform,zipf")
-    p.add_argument("--tokens", type=int, default=64)
-    p.add_argument("--rounds", type=int, default=3)
+    add_case_args(p, tokens=64, rounds=3)
     a = p.parse_args()
     if not can_limit():
         return

@@ -88,14 +88,20 @@ def replay(binary, model, args, limit=None):
     return run_in_cgroup([binary, model, "--json", *args], limit)
 
 
+def add_case_args(p, tokens, rounds):
+    """The options that say which cases run: cgroup fractions, routings,
+    tokens a run and rounds."""
+    p.add_argument("--fractions", default="0.5,0.25")
+    p.add_argument("--routings", default="uniform,zipf")
+    p.add_argument("--tokens", type=int, default=tokens)
+    p.add_argument("--rounds", type=int, default=rounds)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("replay")
     p.add_argument("model")
-    p.add_argument("--fractions", default="0.5,0.25")
-    p.add_argument("--routings", default="uniform,zipf")
-    p.add_argument("--tokens", type=int, default=12)
-    p.add_argument("--rounds", type=int, default=1)
+    add_case_args(p, tokens=12, rounds=1)
     p.add_argument("--modes", default="plain,announce")
     a = p.parse_args()
     if not can_limit():
