@@ -99,6 +99,9 @@ impl Loaded {
         t0: Instant,
     ) -> LoadReport {
         let infos = self.header.tensors();
+        let names = |of: &[usize]| -> Vec<String> {
+            of.iter().map(|&i| infos.at(i).name.to_owned()).collect()
+        };
         let (mut tm, mut tc, mut bm, mut bc) = (0, 0, 0u64, 0u64);
         for (s, t) in self.slots.iter().zip(infos) {
             match s.kind {
@@ -141,16 +144,8 @@ impl Loaded {
                 self.whole_and_expert_bytes.1,
             ),
             budget: self.budget.clone(),
-            random_access_tensors: self
-                .random_access
-                .iter()
-                .map(|&i| infos.at(i).name.to_owned())
-                .collect(),
-            streamed_tensors: self
-                .streamed
-                .iter()
-                .map(|&i| infos.at(i).name.to_owned())
-                .collect(),
+            random_access_tensors: names(&self.random_access),
+            streamed_tensors: names(&self.streamed),
         }
     }
 }

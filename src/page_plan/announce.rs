@@ -103,7 +103,7 @@ impl Announcer {
                 return;
             }
         } else {
-            self.read_only_as_announced(&announced);
+            self.advise_first_announced(&announced);
         }
         let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
         let residency = || Residency::new(self.budget, self.mapped);
@@ -129,7 +129,7 @@ impl Announcer {
     /// tensor: on the reading thread it would come after the runtime's first
     /// faults there, which would read around themselves in huge-page
     /// folios that no release can drop.
-    fn read_only_as_announced(&self, announced: &[Announced]) {
+    fn advise_first_announced(&self, announced: &[Announced]) {
         let mut advised = self.advised.lock().unwrap_or_else(|e| e.into_inner());
         for a in announced {
             for (tensor, _) in &a.experts {
