@@ -3,9 +3,10 @@
 //! `benches/residency`: each token reads what a decode step reads (one row
 //! of the token embedding, every layer's dense tensors, the routed experts'
 //! slices of its expert tensors, the output matrix, which is the token
-//! embedding where the model ties them), with a stand-in for the
-//! compute (a sum of every 8-byte word, on `--threads` threads, which runs at
-//! the memory's rate as a quantized matrix-vector product does). The routing
+//! embedding where the model ties them) in the order of ggml's graph, with a
+//! stand-in for the compute (a sum of every 8-byte word, which runs at the
+//! memory's rate as a quantized matrix-vector product does, on `--threads`
+//! threads that share each node's chunks in order, as ggml's do). The routing
 //! is SYNTHETIC, from a seed: `uniform` (each token's `expert_used_count`
 //! experts drawn uniformly) or `zipf` (a zipf law over a shuffled order per
 //! layer, each slot keeping its previous token's expert half the time).
@@ -29,6 +30,8 @@
 //! ```
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::RwLock;
 use std::time::Instant;
 
 use weightmap::{AccessAdvice, AdvicePolicy, LoadOptions, Need, Prefetch, Weights};
@@ -134,6 +137,16 @@ fn model_of(w: &Weights) -> Model {
                 false => layer.dense.push(i),
             }
         }
+        // llama.cpp's graph computes the up projection, then the gate,
+        // then the down (`build_moe_ffn`).
+        let order = ["ffn_up_exps", "ffn_gate_exps", "ffn_down_exps"];
+        layer.experts.sort_by_key(|&i| {
+            let name = w.tensor_at(i).unwrap().name();
+            order
+                .iter()
+                .position(|o| name.contains(o))
+                .unwrap_or(order.len())
+        });
         layers.push(layer);
     }
     let n_expert = layers
@@ -249,46 +262,109 @@ fn bytes_of(w: &Weights, part: Part) -> &[u8] {
     }
 }
 
-/// The compute stand-in: the wrapping sum of every 8-byte word of `parts`,
-/// split over `threads`.
-fn compute(w: &Weights, parts: &[Part], threads: usize) -> u64 {
-    let slices: Vec<&[u8]> = parts.iter().map(|&p| bytes_of(w, p)).collect();
-    let total: usize = slices.iter().map(|s| s.len()).sum();
-    let per = total.div_ceil(threads).max(1);
-    // Cut the slices into `threads` runs of about `per` bytes each.
-    let mut runs: Vec<Vec<&[u8]>> = vec![Vec::new()];
-    let mut in_run = 0;
-    for s in slices {
-        let mut s = s;
-        while !s.is_empty() {
-            let take = (per - in_run).min(s.len());
-            runs.last_mut().unwrap().push(&s[..take]);
-            in_run += take;
-            s = &s[take..];
-            if in_run == per {
-                runs.push(Vec::new());
-                in_run = 0;
+/// The sum of every 8-byte word of `bytes` (and of the bytes after the
+/// last whole word), wrapping: the compute stand-in's work on one chunk.
+fn sum_words(bytes: &[u8]) -> u64 {
+    let mut words = bytes.chunks_exact(8);
+    let acc = words.by_ref().fold(0u64, |a, c| {
+        a.wrapping_add(u64::from_le_bytes(c.try_into().unwrap()))
+    });
+    words
+        .remainder()
+        .iter()
+        .fold(acc, |a, &b| a.wrapping_add(u64::from(b)))
+}
+
+/// The compute stand-in's threads, ggml's way: for each node, every thread
+/// (the caller's and `threads - 1` workers) takes the node's next chunk
+/// from a shared counter, so that together they go through its bytes in
+/// order, and between nodes the workers wait by spinning, so that a node
+/// costs no thread's start.
+struct Pool<'a> {
+    /// The node's bytes, in chunks, in order.
+    chunks: RwLock<Vec<&'a [u8]>>,
+    next: AtomicUsize,
+    /// The workers' part of the node's sum.
+    sum: AtomicU64,
+    /// Workers still on the node.
+    busy: AtomicUsize,
+    /// Bumped for each node; the workers start on a change.
+    node: AtomicU64,
+    stop: AtomicBool,
+    workers: usize,
+}
+
+/// The bytes a thread takes at a time, as one of ggml's chunks of rows.
+const CHUNK: usize = 256 << 10;
+
+impl<'a> Pool<'a> {
+    fn new(threads: usize) -> Self {
+        Pool {
+            chunks: RwLock::new(Vec::new()),
+            next: AtomicUsize::new(0),
+            sum: AtomicU64::new(0),
+            busy: AtomicUsize::new(0),
+            node: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            workers: threads - 1,
+        }
+    }
+
+    /// The chunks' sum, from whichever thread calls it.
+    fn work(&self) -> u64 {
+        let chunks = self.chunks.read().unwrap();
+        let mut acc = 0u64;
+        while let Some(c) = chunks.get(self.next.fetch_add(1, Ordering::Relaxed)) {
+            acc = acc.wrapping_add(sum_words(c));
+        }
+        acc
+    }
+
+    fn wait_until(done: impl Fn() -> bool) {
+        let mut spins = 0u32;
+        while !done() {
+            spins += 1;
+            if spins < 1 << 10 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
             }
         }
     }
-    let sum = |run: &[&[u8]]| {
-        run.iter().fold(0u64, |acc, s| {
-            let mut words = s.chunks_exact(8);
-            let acc = words.by_ref().fold(acc, |a, c| {
-                a.wrapping_add(u64::from_le_bytes(c.try_into().unwrap()))
-            });
-            words
-                .remainder()
-                .iter()
-                .fold(acc, |a, &b| a.wrapping_add(u64::from(b)))
-        })
-    };
-    std::thread::scope(|sc| {
-        let handles: Vec<_> = runs.iter().map(|r| sc.spawn(move || sum(r))).collect();
-        handles
-            .into_iter()
-            .fold(0u64, |a, h| a.wrapping_add(h.join().unwrap()))
-    })
+
+    fn worker(&self) {
+        let mut seen = 0;
+        loop {
+            Self::wait_until(|| self.node.load(Ordering::Acquire) != seen);
+            seen = self.node.load(Ordering::Acquire);
+            if self.stop.load(Ordering::Acquire) {
+                return;
+            }
+            self.sum.fetch_add(self.work(), Ordering::Relaxed);
+            self.busy.fetch_sub(1, Ordering::Release);
+        }
+    }
+
+    /// The wrapping sum of every 8-byte word of `parts`' bytes, each cut
+    /// into chunks.
+    fn compute(&self, w: &'a Weights, parts: &[Part]) -> u64 {
+        *self.chunks.write().unwrap() = parts
+            .iter()
+            .flat_map(|&p| bytes_of(w, p).chunks(CHUNK))
+            .collect();
+        self.next.store(0, Ordering::Relaxed);
+        self.sum.store(0, Ordering::Relaxed);
+        self.busy.store(self.workers, Ordering::Relaxed);
+        self.node.fetch_add(1, Ordering::Release);
+        let own = self.work();
+        Self::wait_until(|| self.busy.load(Ordering::Acquire) == 0);
+        own.wrapping_add(self.sum.load(Ordering::Relaxed))
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.node.fetch_add(1, Ordering::Release);
+    }
 }
 
 fn join(items: impl Iterator<Item = String>) -> String {
@@ -303,37 +379,40 @@ fn read_bytes() -> u64 {
         .unwrap_or(0)
 }
 
-/// What each token reads, in order: `[token] -> parts`, and where each
-/// layer's experts start in it.
+/// What each token reads, in order, as ggml's graph computes it: `[token]
+/// -> steps`, one a node. A layer's experts are one step per expert tensor,
+/// in llama.cpp's order (`build_moe_ffn`: up, gate, down), each reading its
+/// routed experts in ascending order, as ggml's `mul_mat_id` goes through
+/// them.
 fn token_parts(m: &Model, w: &Weights, route: &[Vec<u32>], token_id: u64) -> Vec<Vec<Part>> {
     let rows = w.tensor_at(m.embd).unwrap().n_rows();
     let mut steps = vec![vec![Part::Row(m.embd, token_id % rows)]];
     for (l, layer) in m.layers.iter().enumerate() {
         steps.push(layer.dense.iter().map(|&i| Part::Whole(i)).collect());
-        let experts = route[l].iter();
-        steps.push(
-            experts
-                .flat_map(|&e| layer.experts.iter().map(move |&i| Part::Expert(i, e)))
-                .collect(),
-        );
+        let mut experts = route[l].clone();
+        experts.sort_unstable();
+        for &i in &layer.experts {
+            steps.push(experts.iter().map(|&e| Part::Expert(i, e)).collect());
+        }
     }
     steps.push(m.tail.iter().map(|&i| Part::Whole(i)).collect());
     steps
 }
 
-/// Announce `parts` (the announce mode's hook).
+/// Announce `parts` (the announce mode's hook), in their order.
 fn announce(w: &Weights, parts: &[Part]) {
-    let mut by_tensor: HashMap<usize, Vec<i32>> = HashMap::new();
-    let mut whole = Vec::new();
+    let mut needs: Vec<(usize, Vec<i32>)> = Vec::new();
     for &p in parts {
         match p {
-            Part::Whole(i) => whole.push(Need::tensor(i)),
-            Part::Expert(i, e) => by_tensor.entry(i).or_default().push(e as i32),
+            Part::Whole(i) => needs.push((i, Vec::new())),
+            Part::Expert(i, e) => match needs.last_mut() {
+                Some((t, experts)) if *t == i && !experts.is_empty() => experts.push(e as i32),
+                _ => needs.push((i, vec![e as i32])),
+            },
             Part::Row(..) => {}
         }
     }
-    let mut needs = whole;
-    needs.extend(by_tensor.iter().map(|(&i, e)| Need::experts(i, e)));
+    let needs: Vec<Need> = needs.iter().map(|(i, e)| Need::experts(*i, e)).collect();
     w.prefetch(&needs)
         .expect("announcements of the file's own tensors");
 }
@@ -419,32 +498,50 @@ fn main() {
         .collect();
     let (mut checksum, mut token_ms, mut token_read, io0) =
         (0u64, Vec::new(), Vec::new(), read_bytes());
+    // Time in the expert nodes, tokens 2 to N: where a token waits for its
+    // routed experts' reads.
+    let mut expert_ms = 0.0;
     let announcing = a.mode == "announce";
-    for (t, steps) in tokens.iter().enumerate() {
-        let start = Instant::now();
-        for (s, parts) in steps.iter().enumerate() {
-            if announcing {
-                // The next nodes' weights: the next layer's dense tensors
-                // (or the output, or the next token's first layer) as this
-                // step starts; a layer's experts once its router has run,
-                // just before they are read.
-                let next_dense = steps
-                    .get(s + 2)
-                    .or_else(|| tokens.get(t + 1).and_then(|n| n.get(1)));
-                if let Some(next) =
-                    next_dense.filter(|n| !n.iter().any(|p| matches!(p, Part::Expert(..))))
-                {
-                    announce(&w, next);
+    let is_experts = |parts: &[Part]| parts.iter().any(|p| matches!(p, Part::Expert(..)));
+    let is_whole = |parts: &[Part]| parts.iter().all(|p| matches!(p, Part::Whole(..)));
+    let pool = Pool::new(a.threads);
+    std::thread::scope(|sc| {
+        for _ in 0..pool.workers {
+            sc.spawn(|| pool.worker());
+        }
+        for (t, steps) in tokens.iter().enumerate() {
+            let start = Instant::now();
+            for (s, parts) in steps.iter().enumerate() {
+                if announcing {
+                    // As a ggml runtime's hook would: as a node of tensors read
+                    // whole starts, the next such node's (the next layer's
+                    // dense tensors, or the output, or the next token's first
+                    // layer's); once a layer's router has run, the experts of
+                    // each of its expert nodes, in the order they compute.
+                    if is_whole(parts) {
+                        let later = steps[s + 1..]
+                            .iter()
+                            .chain(tokens.get(t + 1).into_iter().flatten());
+                        if let Some(next) = later.into_iter().find(|n| is_whole(n)) {
+                            announce(&w, next);
+                        }
+                    }
+                    if is_experts(parts) && !is_experts(&steps[s - 1]) {
+                        let layer = steps[s..].iter().take_while(|n| is_experts(n));
+                        announce(&w, &layer.flatten().copied().collect::<Vec<_>>());
+                    }
                 }
-                if parts.iter().any(|p| matches!(p, Part::Expert(..))) {
-                    announce(&w, parts);
+                let node = Instant::now();
+                checksum = checksum.wrapping_add(pool.compute(&w, parts));
+                if t > 0 && is_experts(parts) {
+                    expert_ms += node.elapsed().as_secs_f64() * 1e3;
                 }
             }
-            checksum = checksum.wrapping_add(compute(&w, parts, a.threads));
+            token_ms.push(start.elapsed().as_secs_f64() * 1e3);
+            token_read.push(read_bytes());
         }
-        token_ms.push(start.elapsed().as_secs_f64() * 1e3);
-        token_read.push(read_bytes());
-    }
+        pool.stop();
+    });
     let read = read_bytes() - io0;
     let touched: u64 = tokens
         .iter()
@@ -459,9 +556,9 @@ fn main() {
         .map(|b| missed_per_token(&w, &tokens, b.saturating_sub(64 << 20)))
         .unwrap_or((f64::NAN, f64::NAN));
     let json = format!(
-        "{{\"mode\": \"{}\", \"routing\": \"{}\", \"synthetic_routing\": true, \"tokens\": {}, \"layers\": {}, \"experts\": {}, \"used\": {}, \"load_ms\": {:.1}, \"first_token_ms\": {:.1}, \"tok_s\": {:.3}, \"read_bytes_per_token\": {:.0}, \"touched_bytes_per_token\": {:.0}, \"fixed_missed_per_token\": {}, \"lru_missed_per_token\": {}, \"checksum\": \"{checksum:016x}\", \"token_ms\": [{}], \"token_read_bytes\": [{}]}}",
+        "{{\"mode\": \"{}\", \"routing\": \"{}\", \"synthetic_routing\": true, \"tokens\": {}, \"layers\": {}, \"experts\": {}, \"used\": {}, \"load_ms\": {:.1}, \"first_token_ms\": {:.1}, \"tok_s\": {:.3}, \"expert_ms_per_token\": {:.1}, \"read_bytes_per_token\": {:.0}, \"touched_bytes_per_token\": {:.0}, \"fixed_missed_per_token\": {}, \"lru_missed_per_token\": {}, \"checksum\": \"{checksum:016x}\", \"token_ms\": [{}], \"token_read_bytes\": [{}]}}",
         a.mode, a.routing, a.tokens, m.layers.len(), m.n_expert, m.n_used, load_ms, token_ms[0],
-        1e3 / steady, read as f64 / n, touched as f64 / n,
+        1e3 / steady, expert_ms / (n - 1.0).max(1.0), read as f64 / n, touched as f64 / n,
         if fixed.is_nan() { "null".into() } else { format!("{fixed:.0}") },
         if lru.is_nan() { "null".into() } else { format!("{lru:.0}") },
         join(token_ms.iter().map(|ms| format!("{ms:.1}"))),

@@ -203,6 +203,53 @@ fn over_budget_a_slice_whose_use_is_over_is_released_and_the_most_used_stay() {
     assert!((0.49..=0.52).contains(&both), "{both}");
 }
 
+/// The bytes this thread has had the kernel read from storage
+/// (`/proc/thread-self/io`, Linux and Android), where it counts them.
+fn thread_read_bytes() -> Option<u64> {
+    let io = std::fs::read_to_string("/proc/thread-self/io").ok()?;
+    let line = io.lines().find_map(|l| l.strip_prefix("read_bytes: "))?;
+    line.trim().parse().ok()
+}
+
+#[test]
+fn over_budget_the_announcing_thread_queues_the_slices_reads_and_within_it_returns_at_once() {
+    let test =
+        "over_budget_the_announcing_thread_queues_the_slices_reads_and_within_it_returns_at_once";
+    let dir = tempfile::tempdir().unwrap();
+    let path = moe_model(dir.path());
+    let budget = (64 + 8 + 4) * MIB as u64 + 4096;
+    let opts = LoadOptions::default().prefetch(Prefetch::None);
+    let over = load(&path, &opts.clone().budget(budget));
+    let within = load(&path, &opts);
+    let exps = over.tensor_index("blk.0.ffn_up_exps.weight").unwrap();
+    let page_cache = common::page_cache_observable(test);
+    if !page_cache || !common::proc_self_observable(test, "io") {
+        over.prefetch(&[Need::experts(exps, &[2])]).unwrap();
+        return;
+    }
+    let Some(start) = thread_read_bytes() else {
+        println!("{test}: skipped: /proc/thread-self/io does not count reads here");
+        return;
+    };
+    // Over the budget, the reads of expert 2's slice are queued by this
+    // call, before it returns (where the runtime computes on every core, a
+    // background thread would queue them after the compute's faults).
+    evict(&path).unwrap();
+    over.prefetch(&[Need::experts(exps, &[2])]).unwrap();
+    let queued = thread_read_bytes().unwrap() - start;
+    assert!(
+        queued >= 4 * MIB as u64,
+        "{queued} bytes queued by the call"
+    );
+    // Within the budget, the weights' thread queues them.
+    evict(&path).unwrap();
+    let start = thread_read_bytes().unwrap();
+    within.prefetch(&[Need::experts(exps, &[1])]).unwrap();
+    let queued = thread_read_bytes().unwrap() - start;
+    assert!(queued < MIB as u64, "{queued} bytes queued by the call");
+    assert!(settled_fraction(&within, "blk.0.ffn_up_exps.weight") >= 0.25);
+}
+
 #[test]
 fn over_budget_a_fault_on_an_announced_expert_reads_only_its_own_pages() {
     let test = "over_budget_a_fault_on_an_announced_expert_reads_only_its_own_pages";

@@ -27,7 +27,9 @@ pub struct wm_need {
 }
 
 /// What the runtime reads next: the `n` announcements at `needs`. Their
-/// bytes are read ahead in the background and this returns at once.
+/// reads are queued and this returns without waiting for them (over the
+/// budget, it queues the experts' slices itself, before returning, so that
+/// they are on their way before the runtime computes on them).
 /// Every announcement is checked before any is acted on; tensors in owned
 /// memory (stream mode, copies) need nothing. A ggml runtime can leave the
 /// announcing to `wm_ggml_announce` (weightmap-ggml.h), an eval callback of

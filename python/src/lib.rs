@@ -533,8 +533,9 @@ impl PyWeights {
 
     /// Announce what the runtime reads next: each need a tensor (its name
     /// or index), or a pair of a tensor and the experts (ints, as a router
-    /// gives them) whose slices of it are read. Their bytes are read ahead
-    /// in the background and this returns at once; every need is checked
+    /// gives them) whose slices of it are read. Their reads are queued and
+    /// this returns without waiting for them (over the budget, the experts'
+    /// slices are queued before it returns); every need is checked
     /// first (KeyError for a name, IndexError for an index, weightmap.Error
     /// for an expert that is not there), and then nothing is read.
     fn prefetch(&self, py: Python<'_>, needs: Vec<Bound<'_, PyAny>>) -> PyResult<()> {

@@ -57,9 +57,17 @@ pub(crate) struct Announcer {
     /// Where they exceed it, the expert tensors already read only as
     /// announced, by address.
     advised: Mutex<HashSet<usize>>,
-    /// Whether tensors announced whole are read ahead: not where even they
-    /// exceed the budget ([`read_ahead`]).
-    whole_ahead: bool,
+    /// What the thread reads ahead of each announcement.
+    thread_reads: Reads,
+}
+
+/// Which of an announcement's ranges [`read_ahead`] queues.
+#[derive(Clone, Copy, Debug)]
+struct Reads {
+    /// Tensors announced whole: not where even they exceed the budget.
+    whole: bool,
+    /// Expert slices.
+    slices: bool,
 }
 
 #[derive(Debug)]
@@ -80,12 +88,17 @@ impl Announcer {
             started: Mutex::new(None),
             read_once: fits.then(|| Mutex::new(HashSet::new())),
             advised: Mutex::new(HashSet::new()),
-            whole_ahead: !whole_streams,
+            thread_reads: Reads {
+                whole: !whole_streams,
+                // Over the budget, the announcing thread queues them.
+                slices: fits,
+            },
         }
     }
 
     /// Queue the reads of `announced`: on the thread, or here when the
-    /// thread cannot be started.
+    /// thread cannot be started; over the budget, those of the expert
+    /// slices here.
     pub(crate) fn announce(&self, mut announced: Vec<Announced>) {
         if let Some(read_once) = &self.read_once {
             let mut seen = read_once.lock().unwrap_or_else(|e| e.into_inner());
@@ -104,23 +117,43 @@ impl Announcer {
             }
         } else {
             self.advise_first_announced(&announced);
+            self.queue_slices_here(&announced);
         }
         let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
         let residency = || Residency::new(self.budget, self.mapped);
-        let whole_ahead = self.whole_ahead;
-        let started = started.get_or_insert_with(|| Started::spawn(residency(), whole_ahead));
+        let reads = self.thread_reads;
+        let started = started.get_or_insert_with(|| Started::spawn(residency(), reads));
         let mut announced = announced.into_iter();
         if let Some(tx) = &started.to_thread {
             for a in announced.by_ref() {
                 if let Err(unsent) = tx.send(a) {
                     // The thread is gone (it never panics, but if it did):
                     // this and the rest are read ahead here.
-                    read_ahead(&unsent.0, whole_ahead);
+                    read_ahead(&unsent.0, reads);
                     break;
                 }
             }
         }
-        announced.for_each(|a| read_ahead(&a, whole_ahead));
+        announced.for_each(|a| read_ahead(&a, reads));
+    }
+
+    /// Over the budget, queue the reads of the announced expert slices here,
+    /// in the runtime's thread, before it computes on them. Where the
+    /// runtime computes on every core (as ggml does), the reading thread
+    /// runs only when the scheduler preempts a compute thread, and the
+    /// compute would reach the slices before their reads are queued; its
+    /// faults would then read one page each (the tensor is read only as
+    /// announced). Queuing costs this thread the page cache's bookkeeping,
+    /// the same a fault would pay; the thread still keeps the residency and
+    /// releases.
+    fn queue_slices_here(&self, announced: &[Announced]) {
+        let slices = Reads {
+            whole: false,
+            slices: true,
+        };
+        for a in announced {
+            read_ahead(a, slices);
+        }
     }
 
     /// Over the budget, read each expert tensor only as announced from its
@@ -142,12 +175,12 @@ impl Announcer {
 }
 
 impl Started {
-    fn spawn(residency: Residency, whole_ahead: bool) -> Started {
+    fn spawn(residency: Residency, reads: Reads) -> Started {
         let (tx, rx) = channel::<Announced>();
         let spawned = std::thread::Builder::new()
             .name("weightmap-announced".into())
             .stack_size(256 << 10)
-            .spawn(move || serve(rx, residency, whole_ahead));
+            .spawn(move || serve(rx, residency, reads));
         match spawned {
             Ok(thread) => Started {
                 to_thread: Some(tx),
@@ -172,12 +205,12 @@ impl Drop for Started {
     }
 }
 
-/// The thread's loop: for each announcement, every announced range is read
-/// ahead, and then, where the weights exceed the budget, the slices the
-/// residency lets go are released. The reads come first because the runtime
-/// is about to compute on them: a page it reaches before its read is queued
-/// costs a fault that reads that page alone.
-fn serve(rx: Receiver<Announced>, mut residency: Residency, whole_ahead: bool) {
+/// The thread's loop: for each announcement, the announced ranges of
+/// `reads` are read ahead, and then, where the weights exceed the budget,
+/// the slices the residency lets go are released. The reads come first
+/// because the runtime is about to compute on them: a page it reaches
+/// before its read is queued costs a fault that reads that page alone.
+fn serve(rx: Receiver<Announced>, mut residency: Residency, reads: Reads) {
     for a in rx {
         // The residency keys ranges by address, so that the files of a
         // model in several tell theirs apart.
@@ -196,7 +229,7 @@ fn serve(rx: Receiver<Announced>, mut residency: Residency, whole_ahead: bool) {
         for ((tensor, _), slices) in experts.iter().zip(&announced) {
             done.extend(residency.announce(at(tensor), slices));
         }
-        read_ahead(&a, whole_ahead);
+        read_ahead(&a, reads);
         for (start, end) in done {
             // One tensor's announcement may let go of a slice another in
             // the same one names: that slice stays.
@@ -208,20 +241,39 @@ fn serve(rx: Receiver<Announced>, mut residency: Residency, whole_ahead: bool) {
     }
 }
 
-/// Queue the reads of `a`'s ranges, near ones joined, and of its tensors
-/// announced whole only with `whole_ahead`. Where even the tensors read whole
-/// exceed the budget, they are left to the fault path: a decode step reads
-/// them in order, and the page plan has advised those that cannot stay to
-/// be read ahead sequentially
+/// Queue the reads of `a`'s ranges of `which`: its tensors announced whole,
+/// then each expert tensor's slices, tensor by tensor in the order
+/// announced, near ranges joined. A runtime announces in the
+/// order it computes, and its compute then follows the reads as they
+/// complete: in address order, a layer's first expert node (llama.cpp's up
+/// projection) would wait for the slices of a tensor before it in the file
+/// (the gate's).
+///
+/// Where even the tensors read whole exceed the budget, they are left to the
+/// fault path: a decode step reads them in order, and the page plan has
+/// advised those that cannot stay to be read ahead sequentially
 /// ([`streamed_whole`](super::plan::streamed_whole)). Read ahead besides,
 /// they only compete for the budget: a tensor larger than what it leaves
 /// free evicts its own first pages before the compute reaches them.
-fn read_ahead(a: &Announced, whole_ahead: bool) {
-    let whole = a.whole.iter().copied().filter(|_| whole_ahead);
-    let slices = a.experts.iter().flat_map(|(_, s)| s.iter().copied());
-    for (start, end) in merge(whole.chain(slices).collect()) {
+fn read_ahead(a: &Announced, which: Reads) {
+    for (start, end) in reads(a, which) {
         a.map.will_need(start, end);
     }
+}
+
+/// The ranges [`read_ahead`] reads, in its order.
+fn reads(a: &Announced, which: Reads) -> Vec<Range> {
+    let whole = if which.whole {
+        a.whole.clone()
+    } else {
+        Vec::new()
+    };
+    let tensors = a.experts.iter().filter(|_| which.slices);
+    let tensors = tensors.map(|(_, slices)| slices.clone());
+    std::iter::once(whole)
+        .chain(tensors)
+        .flat_map(merge)
+        .collect()
 }
 
 #[cfg(test)]
@@ -250,5 +302,30 @@ mod tests {
         // Joined: the thread has read ahead what it was sent and let go.
         assert_eq!(Arc::strong_count(&map), 1);
         assert_eq!(map.bytes()[5 << 20], 3);
+    }
+
+    #[test]
+    fn reads_go_tensor_by_tensor_in_the_order_announced() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(&[0u8; 4096]).unwrap();
+        // SAFETY: the temporary file is not changed while mapped.
+        let map = Arc::new(unsafe { Mapping::map(f.as_file()) }.unwrap());
+        const M: usize = 1 << 20;
+        // The up projection's experts (later in the file) announced before
+        // the gate's, as llama.cpp computes them; each tensor's adjacent
+        // slices joined.
+        let up = ((40 * M, 48 * M), vec![(41 * M, 42 * M), (42 * M, 43 * M)]);
+        let gate = ((20 * M, 28 * M), vec![(25 * M, 26 * M), (21 * M, 22 * M)]);
+        let a = Announced {
+            map,
+            whole: vec![(3 * M, 4 * M), (0, M)],
+            experts: vec![up, gate],
+        };
+        let which = |whole, slices| Reads { whole, slices };
+        let slices = [(41 * M, 43 * M), (21 * M, 22 * M), (25 * M, 26 * M)];
+        assert_eq!(reads(&a, which(false, true)), slices);
+        let whole = [(0, M), (3 * M, 4 * M)];
+        assert_eq!(reads(&a, which(true, false)), whole);
+        assert_eq!(reads(&a, which(true, true)), [&whole[..], &slices].concat());
     }
 }

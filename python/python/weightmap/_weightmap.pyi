@@ -62,7 +62,7 @@ class Weights:
     ) -> None:
         """Announce what the runtime reads next: each need a tensor (name or
         index), or a (tensor, experts) pair whose experts' slices are read.
-        Read ahead in the background; returns at once. KeyError (name),
+        Their reads are queued; returns without waiting for them. KeyError (name),
         IndexError (index) or weightmap.Error (expert) for a need that is
         not there, and then nothing is read."""
     def close(self) -> None: ...

@@ -38,10 +38,12 @@ impl<'a> Need<'a> {
 }
 
 impl Weights {
-    /// Announce what the runtime reads next: their bytes are read ahead in
-    /// the background (`MADV_WILLNEED` from a thread of the weights'), and
-    /// this returns at once. Every announcement is checked before any is
-    /// acted on. Tensors in owned memory (the stream path, copies) are
+    /// Announce what the runtime reads next: their reads are queued
+    /// (`MADV_WILLNEED`) and this returns without waiting for them. A thread
+    /// of the weights' queues them, except the expert slices of weights
+    /// over the budget, which this call queues itself, so that they are on
+    /// their way before the runtime computes on them. Every announcement is
+    /// checked before any is acted on. Tensors in owned memory (the stream path, copies) are
     /// there already, and need nothing.
     ///
     /// A model that fits in memory gains little: its pages stay cached. A
