@@ -499,8 +499,8 @@ fn main() {
     let (mut checksum, mut token_ms, mut token_read, io0) =
         (0u64, Vec::new(), Vec::new(), read_bytes());
     // Time in the expert nodes, tokens 2 to N: where a token waits for its
-    // routed experts' reads.
-    let mut expert_ms = 0.0;
+    // routed experts' reads; and in the announcing calls.
+    let (mut expert_ms, mut announce_ms) = (0.0, 0.0);
     let announcing = a.mode == "announce";
     let is_experts = |parts: &[Part]| parts.iter().any(|p| matches!(p, Part::Expert(..)));
     let is_whole = |parts: &[Part]| parts.iter().all(|p| matches!(p, Part::Whole(..)));
@@ -512,6 +512,7 @@ fn main() {
         for (t, steps) in tokens.iter().enumerate() {
             let start = Instant::now();
             for (s, parts) in steps.iter().enumerate() {
+                let announcing_at = Instant::now();
                 if announcing {
                     // As a ggml runtime's hook would: as a node of tensors read
                     // whole starts, the next such node's (the next layer's
@@ -530,6 +531,9 @@ fn main() {
                         let layer = steps[s..].iter().take_while(|n| is_experts(n));
                         announce(&w, &layer.flatten().copied().collect::<Vec<_>>());
                     }
+                }
+                if t > 0 {
+                    announce_ms += announcing_at.elapsed().as_secs_f64() * 1e3;
                 }
                 let node = Instant::now();
                 checksum = checksum.wrapping_add(pool.compute(&w, parts));
@@ -556,9 +560,10 @@ fn main() {
         .map(|b| missed_per_token(&w, &tokens, b.saturating_sub(64 << 20)))
         .unwrap_or((f64::NAN, f64::NAN));
     let json = format!(
-        "{{\"mode\": \"{}\", \"routing\": \"{}\", \"synthetic_routing\": true, \"tokens\": {}, \"layers\": {}, \"experts\": {}, \"used\": {}, \"load_ms\": {:.1}, \"first_token_ms\": {:.1}, \"tok_s\": {:.3}, \"expert_ms_per_token\": {:.1}, \"read_bytes_per_token\": {:.0}, \"touched_bytes_per_token\": {:.0}, \"fixed_missed_per_token\": {}, \"lru_missed_per_token\": {}, \"checksum\": \"{checksum:016x}\", \"token_ms\": [{}], \"token_read_bytes\": [{}]}}",
+        "{{\"mode\": \"{}\", \"routing\": \"{}\", \"synthetic_routing\": true, \"tokens\": {}, \"layers\": {}, \"experts\": {}, \"used\": {}, \"load_ms\": {:.1}, \"first_token_ms\": {:.1}, \"tok_s\": {:.3}, \"expert_ms_per_token\": {:.1}, \"announce_ms_per_token\": {:.1}, \"read_bytes_per_token\": {:.0}, \"touched_bytes_per_token\": {:.0}, \"fixed_missed_per_token\": {}, \"lru_missed_per_token\": {}, \"checksum\": \"{checksum:016x}\", \"token_ms\": [{}], \"token_read_bytes\": [{}]}}",
         a.mode, a.routing, a.tokens, m.layers.len(), m.n_expert, m.n_used, load_ms, token_ms[0],
-        1e3 / steady, expert_ms / (n - 1.0).max(1.0), read as f64 / n, touched as f64 / n,
+        1e3 / steady, expert_ms / (n - 1.0).max(1.0),
+        announce_ms / (n - 1.0).max(1.0), read as f64 / n, touched as f64 / n,
         if fixed.is_nan() { "null".into() } else { format!("{fixed:.0}") },
         if lru.is_nan() { "null".into() } else { format!("{lru:.0}") },
         join(token_ms.iter().map(|ms| format!("{ms:.1}"))),
