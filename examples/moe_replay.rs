@@ -476,6 +476,90 @@ fn missed_per_token(w: &Weights, tokens: &[Vec<Vec<Part>>], capacity: u64) -> (f
     (fixed as f64 / n, missed as f64 / n)
 }
 
+/// What a decode of every token measured.
+struct Decoded {
+    /// The compute's sum over every byte read.
+    checksum: u64,
+    /// Each token's time, and `/proc/self/io`'s read bytes after it.
+    token_ms: Vec<f64>,
+    token_read: Vec<u64>,
+    /// Time in the expert nodes, tokens 2 to N: where a token waits for its
+    /// routed experts' reads.
+    expert_ms: f64,
+    /// Time in the announcing calls, tokens 2 to N.
+    announce_ms: f64,
+}
+
+fn is_experts(parts: &[Part]) -> bool {
+    parts.iter().any(|p| matches!(p, Part::Expert(..)))
+}
+
+fn is_whole(parts: &[Part]) -> bool {
+    parts.iter().all(|p| matches!(p, Part::Whole(..)))
+}
+
+/// Announce before node `s` of token `t`, as a ggml runtime's hook would:
+/// as a node of tensors read whole starts, the next such node's (the next
+/// layer's dense tensors, or the output, or the next token's first
+/// layer's); once a layer's router has run, the experts of each of its
+/// expert nodes, in the order they compute.
+fn announce_before(w: &Weights, tokens: &[Vec<Vec<Part>>], t: usize, s: usize) {
+    let steps = &tokens[t];
+    if is_whole(&steps[s]) {
+        let later = steps[s + 1..]
+            .iter()
+            .chain(tokens.get(t + 1).into_iter().flatten());
+        if let Some(next) = later.into_iter().find(|n| is_whole(n)) {
+            announce(w, next);
+        }
+    }
+    if is_experts(&steps[s]) && !is_experts(&steps[s - 1]) {
+        let layer = steps[s..].iter().take_while(|n| is_experts(n));
+        announce(w, &layer.flatten().copied().collect::<Vec<_>>());
+    }
+}
+
+/// Decode every token of `tokens` on `threads` threads, announcing with
+/// `announcing`.
+fn decode(w: &Weights, tokens: &[Vec<Vec<Part>>], threads: usize, announcing: bool) -> Decoded {
+    let mut d = Decoded {
+        checksum: 0,
+        token_ms: Vec::new(),
+        token_read: Vec::new(),
+        expert_ms: 0.0,
+        announce_ms: 0.0,
+    };
+    let pool = Pool::new(threads);
+    std::thread::scope(|sc| {
+        for _ in 0..pool.workers {
+            sc.spawn(|| pool.worker());
+        }
+        let ms = |since: Instant| since.elapsed().as_secs_f64() * 1e3;
+        for (t, steps) in tokens.iter().enumerate() {
+            let start = Instant::now();
+            for (s, parts) in steps.iter().enumerate() {
+                let announcing_at = Instant::now();
+                if announcing {
+                    announce_before(w, tokens, t, s);
+                }
+                let announced_ms = ms(announcing_at);
+                let node = Instant::now();
+                d.checksum = d.checksum.wrapping_add(pool.compute(w, parts));
+                if t > 0 {
+                    d.announce_ms += announced_ms;
+                    if is_experts(parts) {
+                        d.expert_ms += ms(node);
+                    }
+                }
+            }
+            d.token_ms.push(ms(start));
+            d.token_read.push(read_bytes());
+        }
+        pool.stop();
+    });
+    d
+}
+
 fn main() {
     let a = parse_args();
     let opts = match a.mode.as_str() {
@@ -496,56 +580,14 @@ fn main() {
         .iter()
         .map(|r| token_parts(&m, &w, r, ids.next()))
         .collect();
-    let (mut checksum, mut token_ms, mut token_read, io0) =
-        (0u64, Vec::new(), Vec::new(), read_bytes());
-    // Time in the expert nodes, tokens 2 to N: where a token waits for its
-    // routed experts' reads; and in the announcing calls.
-    let (mut expert_ms, mut announce_ms) = (0.0, 0.0);
-    let announcing = a.mode == "announce";
-    let is_experts = |parts: &[Part]| parts.iter().any(|p| matches!(p, Part::Expert(..)));
-    let is_whole = |parts: &[Part]| parts.iter().all(|p| matches!(p, Part::Whole(..)));
-    let pool = Pool::new(a.threads);
-    std::thread::scope(|sc| {
-        for _ in 0..pool.workers {
-            sc.spawn(|| pool.worker());
-        }
-        for (t, steps) in tokens.iter().enumerate() {
-            let start = Instant::now();
-            for (s, parts) in steps.iter().enumerate() {
-                let announcing_at = Instant::now();
-                if announcing {
-                    // As a ggml runtime's hook would: as a node of tensors read
-                    // whole starts, the next such node's (the next layer's
-                    // dense tensors, or the output, or the next token's first
-                    // layer's); once a layer's router has run, the experts of
-                    // each of its expert nodes, in the order they compute.
-                    if is_whole(parts) {
-                        let later = steps[s + 1..]
-                            .iter()
-                            .chain(tokens.get(t + 1).into_iter().flatten());
-                        if let Some(next) = later.into_iter().find(|n| is_whole(n)) {
-                            announce(&w, next);
-                        }
-                    }
-                    if is_experts(parts) && !is_experts(&steps[s - 1]) {
-                        let layer = steps[s..].iter().take_while(|n| is_experts(n));
-                        announce(&w, &layer.flatten().copied().collect::<Vec<_>>());
-                    }
-                }
-                if t > 0 {
-                    announce_ms += announcing_at.elapsed().as_secs_f64() * 1e3;
-                }
-                let node = Instant::now();
-                checksum = checksum.wrapping_add(pool.compute(&w, parts));
-                if t > 0 && is_experts(parts) {
-                    expert_ms += node.elapsed().as_secs_f64() * 1e3;
-                }
-            }
-            token_ms.push(start.elapsed().as_secs_f64() * 1e3);
-            token_read.push(read_bytes());
-        }
-        pool.stop();
-    });
+    let io0 = read_bytes();
+    let Decoded {
+        checksum,
+        token_ms,
+        token_read,
+        expert_ms,
+        announce_ms,
+    } = decode(&w, &tokens, a.threads, a.mode == "announce");
     let read = read_bytes() - io0;
     let touched: u64 = tokens
         .iter()

@@ -1,8 +1,10 @@
 //! Reading what a runtime announces it reads next
 //! ([`Weights::prefetch`](crate::Weights::prefetch), `wm_prefetch`): the
 //! announced ranges of a mapping go to a thread that queues their reads
-//! (`MADV_WILLNEED`), so that the announcing call returns at once and the
-//! device reads them while the runtime computes on what it has.
+//! (`MADV_WILLNEED`), so that the announcing call returns without waiting
+//! for them and the device reads them while the runtime computes on what it
+//! has; over the budget, the call queues the expert slices' reads itself,
+//! and the thread keeps the resident set and releases.
 //!
 //! A plain mapping leaves a model larger than memory to the fault path,
 //! whose read-ahead reads around each fault (the device's `read_ahead_kb`)
@@ -90,7 +92,8 @@ impl Announcer {
             advised: Mutex::new(HashSet::new()),
             thread_reads: Reads {
                 whole: !whole_streams,
-                // Over the budget, the announcing thread queues them.
+                // Over the budget, the announcing call queues them
+                // (`queue_slices_here`).
                 slices: fits,
             },
         }
@@ -243,11 +246,11 @@ fn serve(rx: Receiver<Announced>, mut residency: Residency, reads: Reads) {
 
 /// Queue the reads of `a`'s ranges of `which`: its tensors announced whole,
 /// then each expert tensor's slices, tensor by tensor in the order
-/// announced, near ranges joined. A runtime announces in the
-/// order it computes, and its compute then follows the reads as they
-/// complete: in address order, a layer's first expert node (llama.cpp's up
-/// projection) would wait for the slices of a tensor before it in the file
-/// (the gate's).
+/// announced, near ranges joined. A runtime announces in the order it
+/// computes, so that its compute follows the reads as they complete: in
+/// address order, a layer's first expert node (llama.cpp's up projection)
+/// would wait for the slices of a tensor before it in the file (the
+/// gate's).
 ///
 /// Where even the tensors read whole exceed the budget, they are left to the
 /// fault path: a decode step reads them in order, and the page plan has

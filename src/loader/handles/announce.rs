@@ -43,8 +43,8 @@ impl Weights {
     /// of the weights' queues them, except the expert slices of weights
     /// over the budget, which this call queues itself, so that they are on
     /// their way before the runtime computes on them. Every announcement is
-    /// checked before any is acted on. Tensors in owned memory (the stream path, copies) are
-    /// there already, and need nothing.
+    /// checked before any is acted on. Tensors in owned memory (the stream
+    /// path, copies) are there already, and need nothing.
     ///
     /// A model that fits in memory gains little: its pages stay cached. A
     /// model larger than memory gains most, as each page fault alone would
