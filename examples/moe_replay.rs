@@ -21,9 +21,11 @@
 //! the same bytes and prints the same checksum.
 //!
 //! With `--budget BYTES` (a memory cgroup's limit) it also prints the bytes
-//! a token must read however it is cached: the fewer of the best fixed
-//! resident set and an LRU cache of slices, each holding the budget less
-//! 64 MiB for the runtime.
+//! a cold run must read however it is cached, token by token
+//! (`fixed_token_missed`, `lru_token_missed`), with the best fixed resident
+//! set and with an LRU cache of slices, each holding the budget less
+//! 64 MiB for the runtime and starting empty; `fixed_missed_per_token` is
+//! the fixed set's as if it started full, as this replay gave it before.
 //!
 //! ```text
 //! cargo run --release --example moe_replay -- FILE --mode announce --routing zipf --tokens 16
@@ -38,7 +40,7 @@ use weightmap::{AccessAdvice, AdvicePolicy, LoadOptions, Need, Prefetch, Weights
 
 /// One tensor's part of a token's reads: all of it, one expert's slice, or
 /// one row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Part {
     Whole(usize),
     Expert(usize, u32),
@@ -421,59 +423,94 @@ fn size_of(w: &Weights, p: Part) -> u64 {
     bytes_of(w, p).len() as u64
 }
 
-/// Bytes a token must read with the best fixed resident set and with an
-/// LRU cache, each of `capacity` bytes, over `steps` (tokens of steps).
-fn missed_per_token(w: &Weights, tokens: &[Vec<Vec<Part>>], capacity: u64) -> (f64, f64) {
+/// What a cold run must read, token by token, with a cache of `capacity`
+/// bytes, under the two policies of the physical limit.
+struct Missed {
+    /// The best fixed resident set, chosen with hindsight over every token:
+    /// a part in it is read when first used, any other part on every use.
+    fixed: Vec<u64>,
+    /// An LRU cache of parts, in the order they are read.
+    lru: Vec<u64>,
+    /// The fixed set's bytes a token as if it started full, without its own
+    /// first reads (the figure this replay gave before it gave `fixed`).
+    fixed_warm_per_token: f64,
+}
+
+fn missed(w: &Weights, tokens: &[Vec<Vec<Part>>], capacity: u64) -> Missed {
+    let resident = best_fixed_set(w, tokens, capacity);
+    let mut read_once = std::collections::HashSet::new();
+    let fixed: Vec<u64> = tokens
+        .iter()
+        .map(|steps| {
+            let parts = steps.iter().flatten();
+            let missed = parts.filter(|&&p| !resident.contains(&p) || read_once.insert(p));
+            missed.map(|&p| size_of(w, p)).sum()
+        })
+        .collect();
+    let first_reads: u64 = resident.iter().map(|&p| size_of(w, p)).sum();
+    let cold: u64 = fixed.iter().sum();
+    Missed {
+        fixed,
+        lru: lru_missed(w, tokens, capacity),
+        fixed_warm_per_token: cold.saturating_sub(first_reads) as f64 / tokens.len() as f64,
+    }
+}
+
+/// The parts used most over `tokens` (the smallest first among equals,
+/// then in a fixed order), as many as `capacity` bytes hold.
+fn best_fixed_set(
+    w: &Weights,
+    tokens: &[Vec<Vec<Part>>],
+    capacity: u64,
+) -> std::collections::HashSet<Part> {
     let mut count: HashMap<Part, u64> = HashMap::new();
     for p in tokens.iter().flatten().flatten() {
         *count.entry(*p).or_default() += 1;
     }
-    // Fixed: the most used parts first, until the capacity is full.
-    let mut ranked: Vec<(Part, u64)> = count.iter().map(|(p, c)| (*p, *c)).collect();
-    ranked.sort_by_key(|&(p, c)| (std::cmp::Reverse(c), size_of(w, p)));
-    let (mut held, mut resident) = (0u64, std::collections::HashSet::new());
-    for (p, _) in ranked {
+    let mut ranked: Vec<(Part, u64)> = count.into_iter().collect();
+    ranked.sort_by_key(|&(p, c)| (std::cmp::Reverse(c), size_of(w, p), p));
+    let mut held = 0u64;
+    let fits = ranked.into_iter().filter(|&(p, _)| {
         let s = size_of(w, p);
-        if held + s <= capacity {
-            held += s;
-            resident.insert(p);
-        }
-    }
-    let n = tokens.len() as f64;
-    let fixed: u64 = tokens
-        .iter()
-        .flatten()
-        .flatten()
-        .filter(|p| !resident.contains(p))
-        .map(|&p| size_of(w, p))
-        .sum();
-    // LRU over the parts in the order they are read.
-    let (mut lru, mut last_use, mut held, mut missed, mut clock) = (
+        let fits = held + s <= capacity;
+        held += if fits { s } else { 0 };
+        fits
+    });
+    fits.map(|(p, _)| p).collect()
+}
+
+/// Each token's bytes an LRU cache of `capacity` bytes misses, over the
+/// parts in the order they are read.
+fn lru_missed(w: &Weights, tokens: &[Vec<Vec<Part>>], capacity: u64) -> Vec<u64> {
+    let (mut lru, mut last_use, mut held, mut clock) = (
         std::collections::BTreeMap::new(),
         HashMap::new(),
         0u64,
         0u64,
-        0u64,
     );
-    for &p in tokens.iter().flatten().flatten() {
-        clock += 1;
-        let s = size_of(w, p);
-        if let Some(t) = last_use.insert(p, clock) {
-            lru.remove(&t);
-        } else {
-            missed += s;
-            held += s;
-            while held > capacity {
-                let Some((_, old)) = lru.pop_first() else {
-                    break;
-                };
-                last_use.remove(&old);
-                held -= size_of(w, old);
+    let mut token_missed = |steps: &Vec<Vec<Part>>| {
+        let mut token = 0;
+        for &p in steps.iter().flatten() {
+            clock += 1;
+            let s = size_of(w, p);
+            if let Some(t) = last_use.insert(p, clock) {
+                lru.remove(&t);
+            } else {
+                token += s;
+                held += s;
+                while held > capacity {
+                    let Some((_, old)) = lru.pop_first() else {
+                        break;
+                    };
+                    last_use.remove(&old);
+                    held -= size_of(w, old);
+                }
             }
+            lru.insert(clock, p);
         }
-        lru.insert(clock, p);
-    }
-    (fixed as f64 / n, missed as f64 / n)
+        token
+    };
+    tokens.iter().map(&mut token_missed).collect()
 }
 
 /// What a decode of every token measured.
@@ -597,17 +634,21 @@ fn main() {
         .sum();
     let n = a.tokens as f64;
     let steady: f64 = token_ms.iter().skip(1).sum::<f64>() / (n - 1.0).max(1.0);
-    let (fixed, lru) = a
+    let must_read = a
         .budget
-        .map(|b| missed_per_token(&w, &tokens, b.saturating_sub(64 << 20)))
-        .unwrap_or((f64::NAN, f64::NAN));
+        .map(|b| missed(&w, &tokens, b.saturating_sub(64 << 20)));
+    let per_token = |v: &[u64]| v.iter().sum::<u64>() as f64 / n;
+    let or_null = |v: Option<String>| v.unwrap_or_else(|| "null".into());
+    let by_token = |v: &[u64]| format!("[{}]", join(v.iter().map(u64::to_string)));
     let json = format!(
-        "{{\"mode\": \"{}\", \"routing\": \"{}\", \"synthetic_routing\": true, \"tokens\": {}, \"layers\": {}, \"experts\": {}, \"used\": {}, \"load_ms\": {:.1}, \"first_token_ms\": {:.1}, \"tok_s\": {:.3}, \"expert_ms_per_token\": {:.1}, \"announce_ms_per_token\": {:.1}, \"read_bytes_per_token\": {:.0}, \"touched_bytes_per_token\": {:.0}, \"fixed_missed_per_token\": {}, \"lru_missed_per_token\": {}, \"checksum\": \"{checksum:016x}\", \"token_ms\": [{}], \"token_read_bytes\": [{}]}}",
+        "{{\"mode\": \"{}\", \"routing\": \"{}\", \"synthetic_routing\": true, \"tokens\": {}, \"layers\": {}, \"experts\": {}, \"used\": {}, \"load_ms\": {:.1}, \"first_token_ms\": {:.1}, \"tok_s\": {:.3}, \"expert_ms_per_token\": {:.1}, \"announce_ms_per_token\": {:.1}, \"read_bytes_per_token\": {:.0}, \"touched_bytes_per_token\": {:.0}, \"fixed_missed_per_token\": {}, \"lru_missed_per_token\": {}, \"fixed_token_missed\": {}, \"lru_token_missed\": {}, \"checksum\": \"{checksum:016x}\", \"token_ms\": [{}], \"token_read_bytes\": [{}]}}",
         a.mode, a.routing, a.tokens, m.layers.len(), m.n_expert, m.n_used, load_ms, token_ms[0],
         1e3 / steady, expert_ms / (n - 1.0).max(1.0),
         announce_ms / (n - 1.0).max(1.0), read as f64 / n, touched as f64 / n,
-        if fixed.is_nan() { "null".into() } else { format!("{fixed:.0}") },
-        if lru.is_nan() { "null".into() } else { format!("{lru:.0}") },
+        or_null(must_read.as_ref().map(|m| format!("{:.0}", m.fixed_warm_per_token))),
+        or_null(must_read.as_ref().map(|m| format!("{:.0}", per_token(&m.lru)))),
+        or_null(must_read.as_ref().map(|m| by_token(&m.fixed))),
+        or_null(must_read.as_ref().map(|m| by_token(&m.lru))),
         join(token_ms.iter().map(|ms| format!("{ms:.1}"))),
         join(token_read.iter().scan(io0, |prev, &now| {
             let d = now - *prev;

@@ -13,9 +13,11 @@ weights). The routing is SYNTHETIC too (moe_replay's --routing).
 
 The physical limit: the bytes a token must read however it is cached (the
 fewer of the best fixed resident set and an LRU cache, each holding the
-cgroup's limit less 64 MiB), divided by this disk's O_DIRECT rate (dd
-iflag=direct bs=8M, measured here), and never more than the in-memory rate
-(the same replay on the page-cached file, no cgroup). Every run's checksum
+cgroup's limit less 64 MiB, each starting empty, as the run does),
+divided by this disk's O_DIRECT rate (dd iflag=direct bs=8M, measured
+here), and never more than the in-memory rate (the same replay on the
+page-cached file, no cgroup). It is computed over the same tokens as each
+tok/s figure: tokens 2 to N, and the second half. Every run's checksum
 must be the in-memory run's: the same bytes were read.
 """
 import argparse
@@ -131,17 +133,36 @@ def main():
                        "direct_rate": d} for r, f, m, x, d in rows]))
 
 
+def must_read(run, first):
+    """Bytes a token must read over tokens `first` to the last, cold from the
+    first token on: the fewer of the best fixed resident set's (each of its
+    parts read when first used) and an LRU cache's."""
+    def per_token(missed):
+        return sum(missed[first:]) / len(missed[first:])
+    return min(per_token(run["fixed_token_missed"]), per_token(run["lru_token_missed"]))
+
+
 def report(row):
     routing, fraction, mem, runs, rate = row
-    missed = None
-    for r in (r for rs in runs.values() for r in rs):
-        if "fixed_missed_per_token" in r:
-            missed = min(r["fixed_missed_per_token"], r["lru_missed_per_token"])
-            break
-    limit = mem["tok_s"] if not missed else min(mem["tok_s"], rate / missed)
+    measured = next((r for rs in runs.values() for r in rs if r.get("fixed_token_missed")), None)
+
+    def limit(missed, in_memory):
+        return in_memory if not missed else min(in_memory, rate / missed)
+    # tok/s is over tokens 2 to N, and again over the second half, once the
+    # resident set has filled: each against what those same tokens must read.
+    n = len(measured["fixed_token_missed"]) if measured else 0
+    missed, late_missed = (must_read(measured, 1), must_read(measured, n // 2)) if measured else (None, None)
+    whole, late = limit(missed, mem["tok_s"]), limit(late_missed, later_tok_s(mem))
     print(f"\n{routing} routing, cgroup {fraction}x the file: in memory {mem['tok_s']:.2f} tok/s, "
           f"{mem['touched_bytes_per_token'] / 1e6:.0f} MB touched a token; must read "
-          f"{(missed or 0) / 1e6:.0f} MB a token; physical limit {limit:.2f} tok/s")
+          f"{(missed or 0) / 1e6:.0f} MB a token (second half {(late_missed or 0) / 1e6:.0f}); "
+          f"physical limit {whole:.2f} tok/s (second half {late:.2f})")
+    if measured:
+        # The figure before the fixed set's own first reads were counted: as
+        # if it started full.
+        warm = min(measured["fixed_missed_per_token"], measured["lru_missed_per_token"])
+        print(f"  (a fixed set that starts full: {warm / 1e6:.0f} MB a token, "
+              f"limit {limit(warm, mem['tok_s']):.2f} tok/s)")
     for mode, rs in runs.items():
         ok = [r for r in rs if "tok_s" in r]
         if not ok:
@@ -154,11 +175,11 @@ def report(row):
         read = statistics.median(r["read_bytes_per_token"] for r in ok)
         same = all(r["checksum"] == mem["checksum"] for r in ok)
         kills = sum(r["oom_kills"] for r in rs)
-        print(f"  {mode:9s} {tok_s:7.2f} tok/s ({tok_s / limit:4.0%} of the limit)  first token "
+        print(f"  {mode:9s} {tok_s:7.2f} tok/s ({tok_s / whole:4.0%} of the limit)  first token "
               f"{first:8.1f} ms  read {read / 1e6:7.0f} MB a token  bytes "
               f"{'same' if same else 'DIFFER'}  OOM kills {kills}")
         print(f"  {'':9s} second half of the tokens: {late_tok_s:7.2f} tok/s "
-              f"({late_tok_s / limit:4.0%} of the limit), read {late_read / 1e6:7.0f} MB a token")
+              f"({late_tok_s / late:4.0%} of its limit), read {late_read / 1e6:7.0f} MB a token")
 
 
 def later_tok_s(run):

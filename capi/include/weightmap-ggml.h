@@ -138,23 +138,25 @@ static inline int wm_ggml_place(wm_weights *w, ggml_backend_buffer_type_t buft, 
  * The scheduler asks the callback about each node before computing it
  * (ask = true), computes the nodes up to the first one the callback wants
  * to see as one graph, and then shows it (ask = false). The announcer:
- *   - where the weights fit (wm_residency), announces each node's weights
- *     the first time the scheduler asks about the node, so that a cold
- *     start reads them while the nodes before them compute (not a
- *     get_rows table, of which a node reads a few rows), and asks to see
- *     no node: each split computes as one graph, as without the callback;
+ *   - announces each node's weights whole the first time the scheduler
+ *     asks about the node, so that a cold start reads them while the nodes
+ *     before them compute (not a get_rows table, of which a node reads a
+ *     few rows). Whether they are read then is wm_prefetch's to decide:
+ *     not where even the tensors read whole exceed the budget
+ *     (WM_RESIDENCY_STREAM_ALL), as the compute reads them in order, which
+ *     the fault path's read-ahead streams;
+ *   - where the weights fit (wm_residency), asks to see no node: each
+ *     split computes as one graph, as without the callback;
  *   - where they exceed the budget, announces the experts each
  *     ggml_mul_mat_id reads (src[0] the experts' weights, ne[2] =
- *     n_expert), only those its ids (src[2]) name. The ids are the router's
- *     top-k, which an I32 node computes (TOP_K, or ARGSORT and a view):
- *     the announcer asks to see every I32 node that computes, so that the
- *     scheduler stops after it and the ids are in memory when it asks
- *     about the mul_mat_id; they are read then (ggml_backend_tensor_get:
- *     any backend). ids that are a graph input are read as they are; ids
- *     it cannot vouch for leave that tensor unannounced (ids_unread).
- *     Tensors read whole are not announced over the budget: the compute
- *     reads them in order, which the fault path's read-ahead streams, and
- *     read ahead of it they would only compete for the budget.
+ *     n_expert), only those its ids (src[2]) name, and that tensor never
+ *     whole. The ids are the router's top-k, which an I32 node computes
+ *     (TOP_K, or ARGSORT and a view): the announcer asks to see every I32
+ *     node that computes, so that the scheduler stops after it and the ids
+ *     are in memory when it asks about the mul_mat_id; they are read then
+ *     (ggml_backend_tensor_get: any backend). ids that are a graph input
+ *     are read as they are; ids it cannot vouch for leave that tensor
+ *     unannounced (ids_unread).
  *
  * Weights are found by name (the GGUF tensor's, as wm_ggml_place and
  * llama.cpp name them), so the announcer also serves a runtime that maps
@@ -312,8 +314,8 @@ static inline bool wm_ggml_announce(struct ggml_tensor *t, bool ask, void *user_
         int64_t i = wm_ggml__weight(a, t->src[0]);
         if (i >= 0 && !wm_ggml__announce_experts(a, t, (uint64_t)i)) a->ids_unread++;
     }
-    for (int s = 0; !a->over_budget && s < GGML_MAX_SRC && t->src[s]; s++) {
-        if (t->op == GGML_OP_GET_ROWS && s == 0) continue;
+    for (int s = 0; s < GGML_MAX_SRC && t->src[s]; s++) {
+        if (s == 0 && (t->op == GGML_OP_GET_ROWS || (a->over_budget && t->op == GGML_OP_MUL_MAT_ID))) continue;
         int64_t i = wm_ggml__weight(a, t->src[s]);
         if (i < 0 || a->announced_whole[i]) continue;
         a->announced_whole[i] = 1;

@@ -776,7 +776,10 @@ int wm_cache_load(const char *cache_dir,
  * What the runtime reads next: the `n` announcements at `needs`. Their
  * reads are queued and this returns without waiting for them (over the
  * budget, it queues the experts' slices itself, before returning, so that
- * they are on their way before the runtime computes on them).
+ * they are on their way before the runtime computes on them). Where even
+ * the tensors read whole exceed the budget ([`WM_RESIDENCY_STREAM_ALL`]),
+ * a tensor announced whole is not read ahead: the compute reads it in
+ * order, and the fault path streams it.
  * Every announcement is checked before any is acted on; tensors in owned
  * memory (stream mode, copies) need nothing. A ggml runtime can leave the
  * announcing to `wm_ggml_announce` (weightmap-ggml.h), an eval callback of

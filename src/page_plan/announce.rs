@@ -59,8 +59,9 @@ pub(crate) struct Announcer {
     /// Where they exceed it, the expert tensors already read only as
     /// announced, by address.
     advised: Mutex<HashSet<usize>>,
-    /// What the thread reads ahead of each announcement.
-    thread_reads: Reads,
+    /// Where even the tensors read whole exceed the budget: they are left
+    /// to the fault path ([`read_ahead`]).
+    whole_streams: bool,
 }
 
 /// Which of an announcement's ranges [`read_ahead`] queues.
@@ -90,12 +91,18 @@ impl Announcer {
             started: Mutex::new(None),
             read_once: fits.then(|| Mutex::new(HashSet::new())),
             advised: Mutex::new(HashSet::new()),
-            thread_reads: Reads {
-                whole: !whole_streams,
-                // Over the budget, the announcing call queues them
-                // (`queue_slices_here`).
-                slices: fits,
-            },
+            whole_streams,
+        }
+    }
+
+    /// What the thread reads ahead of each announcement: the tensors read
+    /// whole, unless they stream; the expert slices where the weights fit
+    /// (over the budget, the announcing call queues them:
+    /// `queue_slices_here`).
+    fn thread_reads(&self) -> Reads {
+        Reads {
+            whole: !self.whole_streams,
+            slices: self.read_once.is_some(),
         }
     }
 
@@ -124,7 +131,7 @@ impl Announcer {
         }
         let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
         let residency = || Residency::new(self.budget, self.mapped);
-        let reads = self.thread_reads;
+        let reads = self.thread_reads();
         let started = started.get_or_insert_with(|| Started::spawn(residency(), reads));
         let mut announced = announced.into_iter();
         if let Some(tx) = &started.to_thread {

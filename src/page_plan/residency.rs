@@ -11,7 +11,8 @@
 //!
 //! Where the weights fit, every slice is resident and nothing is released.
 
-use std::collections::{HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap};
 
 /// Bytes kept out of the resident set for the runtime's own memory (its
 /// activations, its KV cache, the allocator's slack).
@@ -36,34 +37,63 @@ pub(crate) fn exceeds_budget(budget: Option<u64>, mapped: u64) -> bool {
 /// A range of one mapping: `[start, end)`.
 pub(crate) type Range = (usize, usize);
 
+fn len(r: &Range) -> u64 {
+    (r.1 - r.0) as u64
+}
+
 #[derive(Debug, Default)]
 struct Slice {
     /// How many announcements named it.
     uses: u64,
     /// The announcement that last named it (a tick).
     last: u64,
-    resident: bool,
+    /// Whether it is in its tensor's last announcement.
+    in_use: bool,
 }
 
-#[derive(Debug, Default)]
-struct ExpertTensor {
-    slices: HashMap<Range, Slice>,
-    /// The slices its last announcement named.
-    last: Vec<Range>,
+impl Slice {
+    /// Where a slice not in use ranks: the most used first, the most
+    /// recent first among equals, then by address.
+    fn rank(&self, r: Range) -> Rank {
+        (Reverse(self.uses), Reverse(self.last), r)
+    }
 }
+
+type Rank = (Reverse<u64>, Reverse<u64>, Range);
+
+#[cfg(test)]
+type Set = std::collections::HashSet<Range>;
 
 /// The resident set of one mapping's expert slices, from its
 /// announcements; the caller releases what [`Residency::announce`] returns.
+///
+/// The slices not in use are kept in rank order, split in two: those that
+/// stay (`kept`), the longest run from the best that fits beside the slices
+/// in use, and the rest (`waiting`). An announcement changes the rank of the
+/// few slices it names and of those whose use it ends, so it moves only
+/// those and the slices at the boundary between the two: a model of
+/// 48 layers and 128 experts tracks 18,432 slices, which ranking anew at
+/// each of a token's 144 announcements would cost more than the token.
 #[derive(Debug)]
 pub(crate) struct Residency {
     /// The memory budget (`None`: unknown, and everything stays).
     budget: Option<u64>,
     /// Bytes of the mapping's tensors that stay mapped.
     mapped: u64,
-    /// The tensors announced by their experts, by range.
-    experts: HashMap<Range, ExpertTensor>,
+    /// Every slice announced, by range.
+    slices: HashMap<Range, Slice>,
+    /// The tensors announced by their experts, by range, with the slices
+    /// their last announcement named.
+    tensors: HashMap<Range, Vec<Range>>,
     /// Their bytes, which `mapped` holds too.
     expert_bytes: u64,
+    /// Bytes of the slices in use.
+    in_use_bytes: u64,
+    /// The slices not in use that stay, and their bytes.
+    kept: BTreeSet<Rank>,
+    kept_bytes: u64,
+    /// The slices not in use that do not, best first.
+    waiting: BTreeSet<Rank>,
     tick: u64,
 }
 
@@ -74,8 +104,13 @@ impl Residency {
         Residency {
             budget,
             mapped,
-            experts: HashMap::new(),
+            slices: HashMap::new(),
+            tensors: HashMap::new(),
             expert_bytes: 0,
+            in_use_bytes: 0,
+            kept: BTreeSet::new(),
+            kept_bytes: 0,
+            waiting: BTreeSet::new(),
             tick: 0,
         }
     }
@@ -86,10 +121,12 @@ impl Residency {
         exceeds_budget(self.budget, self.mapped)
     }
 
-    /// The bytes of expert slices that may stay resident: the budget less
-    /// the runtime's reserve and every tensor read whole.
-    fn capacity(&self) -> u64 {
-        expert_capacity(self.budget, self.mapped.saturating_sub(self.expert_bytes))
+    /// The bytes of expert slices that may stay resident beside those in
+    /// use: the budget less the runtime's reserve, every tensor read whole
+    /// and the slices in use, which are in memory whatever is chosen.
+    fn room(&self) -> u64 {
+        let whole = self.mapped.saturating_sub(self.expert_bytes);
+        expert_capacity(self.budget, whole).saturating_sub(self.in_use_bytes)
     }
 
     /// Note that `slices` of the expert tensor `tensor` are read next, and
@@ -98,70 +135,86 @@ impl Residency {
     /// not stay resident, and those that stayed and no longer do.
     pub(crate) fn announce(&mut self, tensor: Range, slices: &[Range]) -> Vec<Range> {
         self.tick += 1;
-        let tick = self.tick;
-        let t = self.experts.entry(tensor).or_insert_with(|| {
-            self.expert_bytes += (tensor.1 - tensor.0) as u64;
-            ExpertTensor::default()
-        });
+        let last = match self.tensors.get_mut(&tensor) {
+            Some(last) => std::mem::take(last),
+            None => {
+                self.expert_bytes += len(&tensor);
+                Vec::new()
+            }
+        };
         for &r in slices {
-            let s = t.slices.entry(r).or_default();
+            let s = self.slices.entry(r).or_default();
+            if !s.in_use {
+                let rank = s.rank(r);
+                s.in_use = true;
+                self.in_use_bytes += len(&r);
+                if self.kept.remove(&rank) {
+                    self.kept_bytes -= len(&r);
+                } else {
+                    self.waiting.remove(&rank);
+                }
+            }
             s.uses += 1;
-            s.last = tick;
+            s.last = self.tick;
         }
-        let done: Vec<Range> = t.last.drain(..).filter(|r| !slices.contains(r)).collect();
-        t.last = slices.to_vec();
-        let mut release = self.choose_resident();
-        let t = &self.experts[&tensor];
+        let done: Vec<Range> = last.into_iter().filter(|r| !slices.contains(r)).collect();
+        for &r in &done {
+            let s = self.slices.get_mut(&r).expect("a slice in use is known");
+            if !s.in_use {
+                continue; // named twice in the last announcement
+            }
+            s.in_use = false;
+            self.in_use_bytes -= len(&r);
+            let rank = s.rank(r);
+            // It joins the side of the boundary its rank falls on.
+            if self.kept.last().is_some_and(|worst| rank < *worst) {
+                self.kept.insert(rank);
+                self.kept_bytes += len(&r);
+            } else {
+                self.waiting.insert(rank);
+            }
+        }
+        self.tensors.insert(tensor, slices.to_vec());
+        let mut release = self.move_boundary();
         for r in done {
-            if !t.slices[&r].resident && !release.contains(&r) {
+            if !self.kept.contains(&self.slices[&r].rank(r)) && !release.contains(&r) {
                 release.push(r);
             }
         }
         release
     }
 
-    /// Choose the slices that stay once their use is over: those used most
-    /// (the most recent first among equals), as many as the capacity holds
-    /// beside the slices in use (every tensor's last announcement's), which
-    /// are in memory whatever is chosen. Returns the slices that stayed and
-    /// no longer do.
-    fn choose_resident(&mut self) -> Vec<Range> {
-        let in_use: HashSet<Range> = self
-            .experts
-            .values()
-            .flat_map(|t| t.last.iter().copied())
-            .collect();
-        let in_use_bytes: u64 = in_use.iter().map(|r| (r.1 - r.0) as u64).sum();
-        let capacity = self.capacity().saturating_sub(in_use_bytes);
-        let mut rest: Vec<(&Range, &mut Slice)> = self
-            .experts
-            .values_mut()
-            .flat_map(|t| t.slices.iter_mut())
-            .filter(|(r, _)| !in_use.contains(r))
-            .collect();
-        rest.sort_unstable_by_key(|(_, s)| (std::cmp::Reverse(s.uses), std::cmp::Reverse(s.last)));
-        let (mut held, mut demoted) = (0u64, Vec::new());
-        for (r, s) in rest {
-            let len = (r.1 - r.0) as u64;
-            let stayed = s.resident;
-            s.resident = held + len <= capacity;
-            if s.resident {
-                held += len;
-            } else if stayed {
-                demoted.push(*r);
-            }
+    /// Move the boundary between the slices that stay and the rest until
+    /// those that stay are the longest run from the best that fits in the
+    /// room. Returns the slices that stayed and no longer do.
+    fn move_boundary(&mut self) -> Vec<Range> {
+        let room = self.room();
+        let mut demoted = Vec::new();
+        while self.kept_bytes > room {
+            let worst = self.kept.pop_last().expect("kept bytes are kept slices'");
+            self.kept_bytes -= len(&worst.2);
+            demoted.push(worst.2);
+            self.waiting.insert(worst);
         }
+        while let Some(best) = self.waiting.first() {
+            if self.kept_bytes + len(&best.2) > room {
+                break;
+            }
+            let best = self.waiting.pop_first().expect("just seen");
+            self.kept_bytes += len(&best.2);
+            self.kept.insert(best);
+        }
+        // (A slice demoted and taken back in one move was never let go.)
+        demoted.retain(|r| !self.kept.contains(&self.slices[r].rank(*r)));
         demoted
     }
 
     /// The slices in use (every tensor's last announcement's), and those
     /// chosen to stay beside them.
     #[cfg(test)]
-    fn in_memory(&self) -> (HashSet<Range>, HashSet<Range>) {
-        let in_use: HashSet<Range> = self.experts.values().flat_map(|t| t.last.clone()).collect();
-        let kept = self.experts.values().flat_map(|t| t.slices.iter());
-        let kept = kept.filter(|(r, s)| s.resident && !in_use.contains(r));
-        let kept = kept.map(|(r, _)| *r).collect();
+    fn in_memory(&self) -> (Set, Set) {
+        let in_use = self.tensors.values().flatten().copied().collect();
+        let kept = self.kept.iter().map(|rank| rank.2).collect();
         (in_use, kept)
     }
 }
@@ -169,6 +222,7 @@ impl Residency {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
 
     const MIB: usize = 1 << 20;
 
@@ -254,6 +308,64 @@ mod tests {
             // when it is next announced: kept, but not yet cached.)
             let held: HashSet<Range> = in_use.union(&kept).copied().collect();
             assert!(cached.is_subset(&held), "step {step}: {cached:?} {held:?}");
+        }
+    }
+
+    /// The slices that stay, ranked anew from nothing: those not in use,
+    /// best first, as long a run as fits in the room.
+    fn ranked_anew(r: &Residency) -> Set {
+        let rest = r.slices.iter().filter(|(_, s)| !s.in_use);
+        let mut rest: Vec<Rank> = rest.map(|(&range, s)| s.rank(range)).collect();
+        rest.sort();
+        let (room, mut held) = (r.room(), 0);
+        let fits = rest.into_iter().take_while(|rank| {
+            held += len(&rank.2);
+            held <= room
+        });
+        fits.map(|rank| rank.2).collect()
+    }
+
+    #[test]
+    fn moving_the_boundary_keeps_what_ranking_anew_would() {
+        // Three tensors of eight experts, of 1, 2 and 3 MiB slices, each
+        // announced with one to three experts, in turn; room for 20 MiB of
+        // slices beside 1 MiB read whole.
+        let tensor = |at: usize, size: usize| {
+            let slices: Vec<Range> = (0..8)
+                .map(|i| ((at + i * size) * MIB, (at + (i + 1) * size) * MIB))
+                .collect();
+            ((at * MIB, (at + 8 * size) * MIB), slices)
+        };
+        let tensors = [tensor(1, 1), tensor(9, 2), tensor(25, 3)];
+        let budget = RUNTIME_RESERVE + 21 * MIB as u64;
+        let mut r = Residency::new(Some(budget), 49 * MIB as u64);
+        let mut seed = 11u64;
+        let mut next = |n: usize| {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) as usize % n
+        };
+        for step in 0..2000 {
+            let (t, slices) = &tensors[step % 3];
+            // Skewed, so that some experts rank high and stay.
+            let named: Vec<Range> = (0..1 + next(3))
+                .map(|_| slices[next(8).min(next(8))])
+                .collect();
+            let (_, before) = r.in_memory();
+            let released = r.announce(*t, &named);
+            let (in_use, kept) = r.in_memory();
+            assert_eq!(kept, ranked_anew(&r), "step {step}");
+            for gone in &released {
+                assert!(
+                    !in_use.contains(gone) && !kept.contains(gone),
+                    "step {step}"
+                );
+            }
+            // What stayed and no longer does is let go.
+            for lost in before.difference(&kept).filter(|s| !in_use.contains(s)) {
+                assert!(released.contains(lost), "step {step}: {lost:?} kept");
+            }
         }
     }
 

@@ -42,9 +42,12 @@ impl Weights {
     /// (`MADV_WILLNEED`) and this returns without waiting for them. A thread
     /// of the weights' queues them, except the expert slices of weights
     /// over the budget, which this call queues itself, so that they are on
-    /// their way before the runtime computes on them. Every announcement is
-    /// checked before any is acted on. Tensors in owned memory (the stream
-    /// path, copies) are there already, and need nothing.
+    /// their way before the runtime computes on them. Where even the tensors
+    /// read whole exceed the budget ([`ResidencyPlan::StreamAll`](crate::ResidencyPlan::StreamAll)), a
+    /// tensor announced whole is not read ahead: the compute reads it in
+    /// order, and the fault path streams it. Every announcement is checked
+    /// before any is acted on. Tensors in owned memory (the stream path,
+    /// copies) are there already, and need nothing.
     ///
     /// A model that fits in memory gains little: its pages stay cached. A
     /// model larger than memory gains most, as each page fault alone would
