@@ -14,8 +14,8 @@ use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use weightmap::cache::{
-    Cache, CacheBypass, CacheOutcome, EntryContents, Lookup, Miss, PlannedTensor, Prepared,
-    Transform, TransformId, Written,
+    Cache, CacheBypass, CacheOutcome, EntryContents, Lookup, Miss, PlannedTensor, Transform,
+    TransformId,
 };
 use weightmap::{gguf::Writer, Error, LoadMode, LoadOptions, TensorType, Weights};
 
@@ -274,15 +274,14 @@ fn a_corrupted_entry_is_found_and_rebuilt() {
 fn verify_passes_a_good_cache_and_names_a_flipped_byte() {
     let (_dir, model, cache) = setup();
     let entry = entry_of(&load(&cache, &model));
-    // SAFETY: nothing truncates the entries while they are checked.
-    let good = unsafe { cache.verify() }.unwrap();
+    let good = cache.verify().unwrap();
     assert_eq!(good.len(), 1);
     assert!(good[0].1.is_ok(), "{:?}", good[0].1);
     // In the middle of a tensor, where no open looks.
     let mid = tensor_offset(&entry, "a.weight") + 96 * 1024;
     flip_byte(&entry, mid);
     // SAFETY: as above.
-    let bad = unsafe { cache.verify() }.unwrap();
+    let bad = cache.verify().unwrap();
     let why = bad[0].1.as_ref().unwrap_err();
     assert!(why.contains("a.weight"), "{why}");
     // Every open checks every byte too: the entry is rebuilt.
@@ -536,11 +535,8 @@ fn lookup_then_store_keeps_metadata_and_makes_contents_only_on_a_miss() {
 }
 
 /// `contents` written as `miss`'s entry and committed at once.
-fn write(miss: &Miss, contents: &mut dyn EntryContents) -> Written {
-    match miss.prepare(contents).unwrap() {
-        Prepared::Entry(pending) => pending.commit(),
-        Prepared::Bypassed(why) => Written::Bypassed(why),
-    }
+fn write(miss: &Miss, contents: &mut dyn EntryContents) -> Result<PathBuf, CacheBypass> {
+    miss.prepare(contents).unwrap()?.commit()
 }
 
 #[test]
@@ -554,9 +550,7 @@ fn a_commit_says_where_the_entry_is_or_why_there_is_none() {
         panic!("an empty cache hit");
     };
     let mut contents = StateDict { calls: 0 };
-    let Written::Entry(path) = write(&miss, &mut contents) else {
-        panic!("not written");
-    };
+    let path = write(&miss, &mut contents).expect("written");
     assert_eq!(contents.calls, 1);
     let w = Weights::load_streamed(&path, &opts).unwrap();
     assert_eq!(
@@ -572,10 +566,7 @@ fn a_commit_says_where_the_entry_is_or_why_there_is_none() {
     let Lookup::Miss(miss) = lookup else {
         panic!("hit");
     };
-    assert!(matches!(
-        miss.prepare(&mut contents).unwrap(),
-        Prepared::Bypassed(_)
-    ));
+    assert!(miss.prepare(&mut contents).unwrap().is_err());
 }
 
 /// Contents that hold their bytes: written straight to the disk where the
@@ -620,7 +611,7 @@ fn contents_that_hold_their_bytes_are_written_without_fill() {
         panic!("hit");
     };
     let written = write(&miss, &mut Held { data: data.clone() });
-    assert!(matches!(written, Written::Entry(_)), "{written:?}");
+    assert!(written.is_ok(), "{written:?}");
     // SAFETY: as above.
     let again = unsafe { cache.lookup(&model, &id, &opts) }.unwrap();
     let Lookup::Hit(c) = again else {
@@ -634,8 +625,7 @@ fn contents_that_hold_their_bytes_are_written_without_fill() {
         );
     }
     drop(c);
-    // SAFETY: nothing truncates the entries.
-    let verdicts = unsafe { cache.verify() }.unwrap();
+    let verdicts = cache.verify().unwrap();
     assert!(verdicts[0].1.is_ok(), "{:?}", verdicts[0].1);
 }
 
@@ -649,9 +639,10 @@ fn a_prepared_entry_is_mapped_at_once_and_found_only_once_committed() {
     let Lookup::Miss(miss) = lookup else {
         panic!("an empty cache hit");
     };
-    let Prepared::Entry(pending) = miss.prepare(&mut StateDict { calls: 0 }).unwrap() else {
-        panic!("not prepared");
-    };
+    let pending = miss
+        .prepare(&mut StateDict { calls: 0 })
+        .unwrap()
+        .expect("prepared");
     // Mapped before the commit: the entry's bytes, under the temporary name.
     // SAFETY: nothing changes the file.
     let early = unsafe { Weights::load(pending.path(), &opts) }.unwrap();
@@ -670,9 +661,7 @@ fn a_prepared_entry_is_mapped_at_once_and_found_only_once_committed() {
         Some(early)
     };
     let committed = std::thread::spawn(move || pending.commit()).join().unwrap();
-    let Written::Entry(path) = committed else {
-        panic!("{committed:?}");
-    };
+    let path = committed.expect("committed");
     // The early mapping still holds the same bytes, now under the entry's
     // name, which a lookup finds.
     if let Some(early) = early {
@@ -699,7 +688,7 @@ fn a_prepared_entry_dropped_uncommitted_leaves_nothing() {
         panic!("hit");
     };
     let prepared = miss.prepare(&mut StateDict { calls: 0 }).unwrap();
-    assert!(matches!(prepared, Prepared::Entry(_)));
+    assert!(prepared.is_ok());
     drop(prepared);
     assert_eq!(fs::read_dir(cache.dir().unwrap()).unwrap().count(), 0);
 }
@@ -796,8 +785,7 @@ fn a_held_write_killed_midway_leaves_nothing_wrong() {
         child.wait().unwrap();
         // Killed before its rename: no entry; after: a whole one. Never a
         // torn one, never another's bytes.
-        // SAFETY: nothing truncates the entries.
-        for (path, verdict) in unsafe { cache.verify() }.unwrap() {
+        for (path, verdict) in cache.verify().unwrap() {
             assert!(verdict.is_ok(), "{}: {verdict:?}", path.display());
         }
         let id = TransformId::new("held", 1);
@@ -863,8 +851,7 @@ fn two_processes_filling_one_entry_leave_one_whole_entry() {
     }
     let listed = cache.entries().unwrap();
     assert_eq!(listed.len(), 1);
-    // SAFETY: nothing truncates the entries.
-    let verdicts = unsafe { cache.verify() }.unwrap();
+    let verdicts = cache.verify().unwrap();
     assert!(verdicts[0].1.is_ok(), "{:?}", verdicts[0].1);
     let c = load(&cache, &model);
     assert_eq!(c.report().outcome, CacheOutcome::Hit);

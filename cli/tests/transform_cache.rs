@@ -676,3 +676,51 @@ fn a_directory_others_can_write_is_refused_and_one_they_can_read_is_made_private
     assert!(text.contains(name(&entry)), "{text}");
     assert_eq!(mode(&dir), 0o700);
 }
+
+/// Break 3 of the second review: two `cache clear` runs at once over 30
+/// entries, 10 times. A file the other run removed first is no failure:
+/// both exit 0, and between them every entry is reported removed once.
+#[test]
+fn two_housekeepers_at_once_both_succeed_and_remove_each_entry_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cache");
+    let models: Vec<PathBuf> = (0..30u8)
+        .map(|i| {
+            let model = tmp.path().join(format!("m{i}.gguf"));
+            write_model(&model, i);
+            model
+        })
+        .collect();
+    for round in 0..10 {
+        for model in &models {
+            fill(&dir, model);
+        }
+        let start = || {
+            cmd(&["cache", "clear", "--json", "--dir", dir.to_str().unwrap()])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (start(), start());
+        let mut removed = 0;
+        for child in [a, b] {
+            let o = child.wait_with_output().unwrap();
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "round {round}: {} {}",
+                stdout(&o),
+                stderr(&o)
+            );
+            let report = json(&o);
+            assert_eq!(
+                report["failed"].as_array().unwrap().len(),
+                0,
+                "round {round}: {report}"
+            );
+            removed += report["removed"].as_array().unwrap().len();
+        }
+        assert_eq!(removed, 30, "round {round}: entries reported removed");
+    }
+}

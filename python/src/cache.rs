@@ -30,7 +30,7 @@ use pyo3::types::{PyDict, PyList};
 
 use weightmap as wm;
 use wm::cache::{
-    Cache, EntryContents, Lookup, Miss, PendingEntry, PlannedTensor, Prepared, TransformId, Written,
+    Cache, CacheBypass, EntryContents, Lookup, Miss, PendingEntry, PlannedTensor, TransformId,
 };
 use wm::gguf::{OwnedValue, Value, ValueType};
 use wm::{LoadOptions, Prefetch, TensorType, Weights};
@@ -460,7 +460,7 @@ impl CacheMiss {
         let replaced = miss.replaced().map(str::to_owned);
         self.miss = None;
         match prepared {
-            Prepared::Entry(pending) if !commit => {
+            Ok(pending) if !commit => {
                 let d = PyDict::new(py);
                 d.set_item("outcome", "pending")?;
                 d.set_item("entry", pending.path())?;
@@ -478,8 +478,8 @@ impl CacheMiss {
                 d.set_item("pending", Py::new(py, pending)?)?;
                 Ok(d)
             }
-            Prepared::Entry(pending) => commit_dict(py, pending, replaced),
-            Prepared::Bypassed(why) => written_dict(py, Written::Bypassed(why), None, replaced),
+            Ok(pending) => commit_dict(py, pending, replaced),
+            Err(why) => written_dict(py, Err(why), None, replaced),
         }
     }
 
@@ -509,13 +509,13 @@ fn commit_dict(
 /// `replaced`.
 fn written_dict(
     py: Python<'_>,
-    written: Written,
+    written: Result<PathBuf, CacheBypass>,
     file: Option<File>,
     replaced: Option<String>,
 ) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     match written {
-        Written::Entry(path) => {
+        Ok(path) => {
             let entry_file = file.map(|file| CacheEntry {
                 file,
                 path: path.clone(),
@@ -527,7 +527,7 @@ fn written_dict(
             d.set_item("reason", py.None())?;
             d.set_item("message", py.None())?;
         }
-        Written::Bypassed(why) => {
+        Err(why) => {
             d.set_item("outcome", "in_memory")?;
             d.set_item("entry", py.None())?;
             d.set_item("entry_file", py.None())?;

@@ -30,7 +30,7 @@ use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 use crate::error::{Error, Result};
 use crate::format::{read_header, Header};
 use crate::gguf::{OwnedValue, ValueType, Writer};
-use crate::os::{path_from_bytes, path_to_bytes, read_at, write_at, write_pieces, Mapping};
+use crate::os::{path_from_bytes, path_to_bytes, read_at, write_at, write_pieces};
 
 use super::key::{hash_of, SourceKey, TransformId};
 use super::transform::{EntryContents, PlannedTensor};
@@ -299,17 +299,15 @@ pub(crate) fn identify(file: &File, label: &Path, name_hash: &str) -> Option<Hea
 /// Every check of the entry in `file`, whose header is `header`: its key
 /// (when `expected_key` is given; `None` for a check that does not know
 /// the source, `cache verify`), the header's checksum, and every byte of
-/// every tensor against its stored checksum. The bytes are the file's,
-/// read through `mapped` (a mapping of the whole file, the load's own when
-/// it mapped it, so that the pages the check brings in are the ones the
-/// tensors use) or else from `file` itself: what is checked never depends
-/// on how the entry is loaded (mapped or streamed, into host or device
-/// buffers).
+/// every tensor against its stored checksum. The bytes are read from the
+/// file, never through a mapping: a disk that cannot read a page then
+/// gives an error (the entry is rebuilt), not a SIGBUS that kills the
+/// process. What is checked never depends on how the entry is loaded
+/// (mapped or streamed, into host or device buffers).
 pub(crate) fn check(
     file: &File,
     header: &Header,
     expected_key: Option<&str>,
-    mapped: Option<&Mapping>,
 ) -> Result<(), Problem> {
     let md = header
         .gguf_metadata()
@@ -346,7 +344,7 @@ pub(crate) fn check(
         )));
     }
     let ranges: Vec<Range<u64>> = tensors.iter().map(|t| t.file_range()).collect();
-    let got = hash_ranges(file, &ranges, mapped).map_err(|e| Problem::Unreadable(e.to_string()))?;
+    let got = hash_ranges(file, &ranges).map_err(|e| Problem::Unreadable(e.to_string()))?;
     for ((t, want), got) in tensors.iter().zip(sums).zip(got) {
         if want != got {
             return Err(Problem::Tensor(t.name.to_owned()));
@@ -355,30 +353,9 @@ pub(crate) fn check(
     Ok(())
 }
 
-/// XXH3-64 of each of `ranges` of `file`, on up to four threads (the
-/// largest ranges first): through `mapped` when it covers them, else a
-/// read-only mapping of the file made here, else positioned reads.
-fn hash_ranges(
-    file: &File,
-    ranges: &[Range<u64>],
-    mapped: Option<&Mapping>,
-) -> std::io::Result<Vec<u64>> {
-    let end = ranges.iter().map(|r| r.end).max().unwrap_or(0);
-    let own;
-    let map = match mapped.filter(|m| m.len() as u64 >= end) {
-        Some(m) => Some(m),
-        None if end == 0 => None,
-        None => {
-            // SAFETY: the entry is a file of this user's in a directory only
-            // this user can write, and weightmap never writes an entry once
-            // it is renamed into place (it renames another over it, or
-            // removes it, which leaves this mapping intact): nothing
-            // modifies or truncates it while the mapping, dropped before
-            // this returns, lives.
-            own = unsafe { Mapping::map_range(file, 0, end) }.ok();
-            own.as_ref()
-        }
-    };
+/// XXH3-64 of each of `ranges` of `file`, read on up to four threads (the
+/// largest ranges first).
+fn hash_ranges(file: &File, ranges: &[Range<u64>]) -> std::io::Result<Vec<u64>> {
     let mut order: Vec<usize> = (0..ranges.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(ranges[i].end - ranges[i].start));
     let next = AtomicUsize::new(0);
@@ -386,20 +363,7 @@ fn hash_ranges(
     let work = || {
         let mut out = Vec::new();
         while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
-            let r = &ranges[i];
-            let sum = match map {
-                Some(map) => {
-                    // Within the mapping, which is at least `end` bytes long.
-                    let (s, e) = (r.start as usize, r.end as usize);
-                    // Read ahead whatever the range's advice (a row table
-                    // is advised random), so that a cold check reads at the
-                    // disk's rate rather than a page a fault.
-                    map.will_need(s, e);
-                    Ok(xxh3_64(&map.bytes()[s..e]))
-                }
-                None => hash_by_reads(file, r.clone()),
-            };
-            out.push((i, sum));
+            out.push((i, hash_by_reads(file, ranges[i].clone())));
         }
         out
     };

@@ -11,13 +11,14 @@
 use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
 use xxhash_rust::xxh3::{xxh3_128, Xxh3};
 
 use crate::error::{Error, Result};
 use crate::format::{read_header, Header};
-use crate::os::{change_time_ns, file_identity, open_regular, page_size, read_at};
+use crate::os::{change_time_ns, file_identity, open_regular, page_size, read_at, PathTrail};
 
 /// The version of the entry layout ([`super::entry`]): part of every key,
 /// so entries of another layout are never read.
@@ -57,11 +58,19 @@ impl TransformId {
     }
 }
 
-/// A source file as a lookup sees it: its identity, its header, and the key
-/// of the entry that would hold `transform` of it.
+/// A source file as a lookup sees it: the file, opened once, its
+/// identity and header, the key of the entry that would hold `transform`
+/// of it, and what its path led through.
 #[derive(Clone, Debug)]
 pub(crate) struct SourceKey {
     pub path: PathBuf,
+    /// The source, open: the file every fact of the key was read from, and
+    /// the one [`super::Cache::load`] transforms, whatever the path names
+    /// meanwhile.
+    pub file: Arc<File>,
+    /// What the path led through to `file` just after it was opened, or
+    /// `None` when by then it led elsewhere.
+    trail: Option<PathTrail>,
     /// Every fact the key is made of, one `name=value` a line: stored in the
     /// entry and compared whole when it is opened.
     pub text: String,
@@ -70,20 +79,52 @@ pub(crate) struct SourceKey {
 }
 
 impl SourceKey {
-    /// Read `path`'s header and identity, sample its tensors, and make the
-    /// key of `transform` of it. Reads the header and at most two 4 KiB
-    /// pieces of each tensor, never the whole file.
+    /// Open `path` once, read its header and identity from that open file,
+    /// sample its tensors, and make the key of `transform` of it. Reads the
+    /// header and at most two 4 KiB pieces of each tensor, never the whole
+    /// file.
+    ///
+    /// # Errors
+    /// The file's own; [`Error::NotAShard`] for a shard of a split model,
+    /// which one file's key cannot name.
     pub(crate) fn of(path: &Path, transform: &TransformId) -> Result<SourceKey> {
         let path = std::path::absolute(path).map_err(|e| Error::io("resolve", path, e))?;
-        let text = key_text(&source_facts(&path)?, transform);
+        // Never a FIFO or a device: their open could wait, or act.
+        let file = open_regular(&path).map_err(|e| Error::io("open", &path, e))?;
+        let text = key_text(&file_facts(&file, &path, true)?, transform);
+        let trail = PathTrail::of(&path)
+            .ok()
+            .filter(|t| t.file() == file_identity(&file).ok());
         let hash = hash_of(&text);
-        Ok(SourceKey { path, text, hash })
+        Ok(SourceKey {
+            path,
+            file: Arc::new(file),
+            trail,
+            text,
+            hash,
+        })
     }
 
-    /// Whether `path` is still the file this key was made from (same
-    /// identity): checked after a fill, which read the file in between.
-    pub(crate) fn still_current(&self) -> bool {
-        still_describes(&self.text, &self.path)
+    /// Whether the open source is still the file this key was made from
+    /// (same identity, times and fingerprint): checked before an entry
+    /// made from it is committed.
+    pub(crate) fn unchanged(&self) -> bool {
+        file_facts(&self.file, &self.path, false).is_ok_and(|facts| self.text.contains(&facts))
+    }
+
+    /// Whether the path still leads through what it led through when the
+    /// key was made, and so led to the keyed file throughout: checked
+    /// before an entry made from what the caller read by the path is
+    /// committed. `Err` says what differs.
+    pub(crate) fn path_unmoved(&self) -> std::result::Result<(), String> {
+        let Some(then) = &self.trail else {
+            return Err("it led to another file as the key was made".into());
+        };
+        match PathTrail::of(&self.path) {
+            Ok(now) if then.same_way(&now) => Ok(()),
+            Ok(_) => Err("a directory or link on it changed".into()),
+            Err(e) => Err(format!("it cannot be followed now: {e}")),
+        }
     }
 }
 
@@ -96,17 +137,31 @@ pub(crate) fn hash_of(text: &str) -> String {
 /// stored key) was made from: same identity, same fingerprint. `false`
 /// when it changed or is gone.
 pub(crate) fn still_describes(key_text: &str, path: &Path) -> bool {
-    source_facts(path).is_ok_and(|facts| key_text.contains(&facts))
+    open_regular(path)
+        .and_then(|file| file_facts(&file, path, false).map_err(std::io::Error::other))
+        .is_ok_and(|facts| key_text.contains(&facts))
 }
 
-/// The source's lines of a key: its identity and fingerprint.
-fn source_facts(path: &Path) -> Result<String> {
-    // Never a FIFO or a device: their open could wait, or act.
-    let file = open_regular(path).map_err(|e| Error::io("open", path, e))?;
-    let [dev, ino, size, mtime, ctime] = identity_of(&file, path)?;
-    let header = read_header(&file, size, path)?;
+/// The source's lines of a key, read from the open `file` (at `path`, for
+/// messages): its identity and fingerprint. A shard of a split model is
+/// refused when `whole`: its key would name one file of several.
+fn file_facts(file: &File, path: &Path, whole: bool) -> Result<String> {
+    let [dev, ino, size, mtime, ctime] = identity_of(file, path)?;
+    let header = read_header(file, size, path)?;
+    let shards = header
+        .gguf_metadata()
+        .and_then(|md| md.get_opt_int::<u64>("split.count").ok().flatten());
+    if whole && shards.is_some_and(|n| n > 1) {
+        return Err(Error::NotAShard {
+            path: path.to_owned(),
+            detail: format!(
+                "split.count is {}: the transform cache takes a model in one file",
+                shards.unwrap_or(0)
+            ),
+        });
+    }
     let fingerprint = fingerprint(&header, |offset, buf| {
-        read_at(&file, buf, offset).map_err(|e| Error::io("read", path, e))
+        read_at(file, buf, offset).map_err(|e| Error::io("read", path, e))
     })?;
     Ok(format!(
         "source.device={dev}\nsource.inode={ino}\nsource.size={size}\nsource.mtime_ns={mtime}\n\

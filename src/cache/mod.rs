@@ -233,16 +233,25 @@ impl Cache {
         transform: &Transform<'_>,
         options: &LoadOptions,
     ) -> Result<Cached> {
-        let source = source.as_ref();
         // SAFETY: the caller's contract, passed on.
-        let miss = match unsafe { self.lookup(source, &transform.id(), options)? } {
+        let mut miss = match unsafe { self.lookup(source, &transform.id(), options)? } {
             Lookup::Hit(cached) => return Ok(cached),
             Lookup::Miss(miss) => miss,
         };
+        // The transform reads the very file the key was made from, opened
+        // once by the lookup: whatever the path names meanwhile (a link
+        // flipped by a deploy, a directory swapped), the entry holds the
+        // transform of the file its key names.
+        miss.read_by_path = false;
+        let file = miss.key.file.clone();
+        let len = file
+            .metadata()
+            .map_err(|e| crate::error::Error::io("stat", &miss.key.path, e))?
+            .len();
         // The transform reads the source's bytes on the host, whatever
         // buffer type the transformed tensors go to.
         // SAFETY: the caller's contract covers the source.
-        let src = unsafe { Weights::load(source, &host_options(options))? };
+        let src = unsafe { Weights::load_file_range(&file, 0, len, &host_options(options))? };
         let mut contents = transform.contents(&src)?;
         // SAFETY: the caller's contract, passed on.
         unsafe { miss.store(&mut contents, options) }
@@ -339,6 +348,7 @@ impl Cache {
         Ok(Lookup::Miss(Miss {
             key,
             id: id.clone(),
+            read_by_path: true,
             fill,
             replaced,
             made_private,
@@ -386,32 +396,32 @@ impl Cache {
     }
 
     /// Check every byte of every entry against its checksums: each entry's
-    /// path, and what is wrong with it (`Ok` when nothing).
-    ///
-    /// # Safety
-    /// Nothing may truncate an entry while it is checked (weightmap never
-    /// does; a user's `truncate` on an entry would).
+    /// path, and what is wrong with it (`Ok` when nothing). The entries are
+    /// read, not mapped: one truncated or unreadable meanwhile is bad, not
+    /// a SIGBUS.
     ///
     /// # Errors
     /// As [`Cache::entries`].
-    pub unsafe fn verify(&self) -> Result<Vec<(PathBuf, std::result::Result<(), String>)>> {
+    pub fn verify(&self) -> Result<Vec<(PathBuf, std::result::Result<(), String>)>> {
         match self.existing_dir()? {
             Some(dir) => store::verify(&dir),
             None => Ok(Vec::new()),
         }
     }
 
-    /// Remove the entry at `path` (one [`Cache::entries`] or
-    /// [`Cache::verify`] named), so that the next load of its source
-    /// rebuilds it.
+    /// Remove the entry at `path` (one [`Cache::verify`] found bad) if it
+    /// still fails its check, so that the next load of its source rebuilds
+    /// it: `true` when it was removed. The file at `path` is moved aside
+    /// and checked again before it is removed, so a good entry that a fill
+    /// renamed over the bad one meanwhile is kept.
     ///
     /// # Errors
     /// [`crate::Error::Io`] when it cannot be removed; `NotFound` when
     /// `path` is not an entry of this cache by its contents (nothing else
     /// is ever removed); as [`Cache::entries`].
-    pub fn remove(&self, path: &Path) -> Result<()> {
+    pub fn remove_bad(&self, path: &Path) -> Result<bool> {
         match self.existing_dir()? {
-            Some(dir) => store::remove_entry(&dir, path),
+            Some(dir) => store::remove_bad(&dir, path),
             None => Err(store::not_an_entry(path)),
         }
     }
@@ -451,11 +461,16 @@ pub enum Lookup {
 
 /// A lookup that found no usable entry: what storing one needs. Either
 /// [`Miss::store`] (write the entry, then load it), or [`Miss::prepare`]
-/// (write its bytes to a file the caller maps at once, [`Prepared`]) and
-/// then [`PendingEntry::commit`] (put it in place, [`Written`]).
+/// (write its bytes to a file the caller maps at once, a [`PendingEntry`])
+/// and then [`PendingEntry::commit`] (put it in place).
 pub struct Miss {
     key: SourceKey,
     id: TransformId,
+    /// Whether the contents may have been read from the source by its path
+    /// (every caller of [`Cache::lookup`]), rather than from the file the
+    /// key was made from ([`Cache::load`]): then the commit also checks
+    /// that the path led to that file throughout.
+    read_by_path: bool,
     /// The directory a fill writes in and the limit it prunes to, or why
     /// nothing may be written.
     fill: Result<(Arc<PrivateDir>, u64), CacheBypass>,
@@ -472,17 +487,6 @@ impl std::fmt::Debug for Miss {
             .field("replaced", &self.replaced)
             .finish_non_exhaustive()
     }
-}
-
-/// What [`PendingEntry::commit`] did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Written {
-    /// The entry is in place, at this path: for messages and reports. Map
-    /// the file [`PendingEntry::file`] gave, not this path, which another
-    /// fill may rename a file over, or a prune remove, at any time.
-    Entry(PathBuf),
-    /// The cache could not take it: keep the contents in memory.
-    Bypassed(CacheBypass),
 }
 
 impl Miss {
@@ -506,10 +510,9 @@ impl Miss {
         options: &LoadOptions,
     ) -> Result<Cached> {
         let layout = entry::Layout::plan(&self.key, &self.id, contents)?;
-        let committed = match self.prepare_planned(&layout, contents)? {
-            Prepared::Entry(pending) => pending.commit_open(),
-            Prepared::Bypassed(why) => Err(why),
-        };
+        let committed = self
+            .prepare_planned(&layout, contents)?
+            .and_then(PendingEntry::commit_open);
         // The file written is loaded through its own handle: an entry
         // removed or replaced under its name meanwhile changes nothing.
         let loaded = match committed {
@@ -551,13 +554,17 @@ impl Miss {
     /// into place are [`PendingEntry::commit`]'s, which a caller may run on
     /// another thread while it uses the tensors. The bytes are copied out
     /// of `contents` here, so what the caller does with its own copy
-    /// afterwards changes nothing of the entry. [`Prepared::Bypassed`] when
-    /// the cache cannot take them: nothing is left behind, and the caller
+    /// afterwards changes nothing of the entry. The inner `Err` says why
+    /// the cache cannot take them (no directory, a full disk, an entry
+    /// larger than the limit, ...): nothing is left behind, and the caller
     /// keeps what it has in memory.
     ///
     /// # Errors
     /// The contents' ([`crate::Error::Transform`]).
-    pub fn prepare(&self, contents: &mut dyn EntryContents) -> Result<Prepared> {
+    pub fn prepare(
+        &self,
+        contents: &mut dyn EntryContents,
+    ) -> Result<std::result::Result<PendingEntry, CacheBypass>> {
         let layout = entry::Layout::plan(&self.key, &self.id, contents)?;
         self.prepare_planned(&layout, contents)
     }
@@ -566,31 +573,30 @@ impl Miss {
         &self,
         layout: &entry::Layout,
         contents: &mut dyn EntryContents,
-    ) -> Result<Prepared> {
+    ) -> Result<std::result::Result<PendingEntry, CacheBypass>> {
         let (dir, max_size) = match &self.fill {
             Ok((dir, max_size)) => (dir, *max_size),
-            Err(why) => return Ok(Prepared::Bypassed(why.clone())),
+            Err(why) => return Ok(Err(why.clone())),
         };
+        // The limit bounds every entry, the one being written too: one
+        // larger than it is never written (nor anything evicted for it).
+        if layout.len > max_size {
+            return Ok(Err(CacheBypass::TooLarge {
+                bytes: layout.len,
+                limit: max_size,
+            }));
+        }
         match store::fill_temp(dir, &self.key, layout, contents) {
-            Ok(filled) => Ok(Prepared::Entry(PendingEntry {
+            Ok(filled) => Ok(Ok(PendingEntry {
                 filled,
                 key: self.key.clone(),
+                check_path: self.read_by_path,
                 max_size,
             })),
-            Err(store::Unwritten::Bypass(why)) => Ok(Prepared::Bypassed(why)),
+            Err(store::Unwritten::Bypass(why)) => Ok(Err(why)),
             Err(store::Unwritten::Failed(e)) => Err(e),
         }
     }
-}
-
-/// What [`Miss::prepare`] did.
-#[derive(Debug)]
-pub enum Prepared {
-    /// The entry's bytes are in a temporary file: map
-    /// [`PendingEntry::file`], then [`commit`](PendingEntry::commit) it.
-    Entry(PendingEntry),
-    /// The cache could not take it: keep the contents in memory.
-    Bypassed(CacheBypass),
 }
 
 /// An entry whose bytes are written but not yet committed: neither known to
@@ -599,6 +605,9 @@ pub enum Prepared {
 pub struct PendingEntry {
     filled: store::Filled,
     key: SourceKey,
+    /// Whether the commit checks that the source's path led to the keyed
+    /// file throughout (the contents were read by the path).
+    check_path: bool,
     max_size: u64,
 }
 
@@ -625,21 +634,23 @@ impl PendingEntry {
     }
 
     /// Wait for the bytes to reach the disk, check that the source did not
-    /// change meanwhile, and rename the file into place (then prune the
-    /// cache to its limit). [`Written::Bypassed`] when any of it fails:
-    /// the temporary file is then removed, and whoever maps it keeps its
-    /// bytes.
-    pub fn commit(self) -> Written {
-        match self.commit_open() {
-            Ok((path, _)) => Written::Entry(path),
-            Err(why) => Written::Bypassed(why),
-        }
+    /// change meanwhile, nor its path lead anywhere else (the caller read it
+    /// by that path), and rename the file into place (then prune the cache
+    /// to its limit). Returns the entry's path, for messages and reports:
+    /// map the file [`PendingEntry::file`] gave, not this path, which
+    /// another fill may rename a file over, or a prune remove, at any time.
+    ///
+    /// # Errors
+    /// Why the cache could not take the entry: the temporary file is then
+    /// removed, and whoever maps it keeps its bytes.
+    pub fn commit(self) -> std::result::Result<PathBuf, CacheBypass> {
+        self.commit_open().map(|(path, _)| path)
     }
 
     /// [`PendingEntry::commit`], keeping the file written open.
     fn commit_open(self) -> std::result::Result<(PathBuf, File), CacheBypass> {
         let dir = self.filled.dir().clone();
-        match store::commit(self.filled, &self.key) {
+        match store::commit(self.filled, &self.key, self.check_path) {
             Ok((path, file)) => {
                 // Pruning is housekeeping: a failure leaves the cache
                 // larger, never wrong; and the file is open here, so a

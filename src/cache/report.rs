@@ -71,6 +71,25 @@ pub enum CacheBypass {
         /// The source.
         path: PathBuf,
     },
+    /// The contents were read from the source by its path (a caller of
+    /// [`super::Cache::lookup`]), and between the lookup and the commit
+    /// that path led through a directory or link that changed: it may have
+    /// led to another file, so what was made is not stored under the key
+    /// of the one the lookup opened.
+    SourcePathChanged {
+        /// The source's path.
+        path: PathBuf,
+        /// What changed.
+        problem: String,
+    },
+    /// The entry would be larger than the cache's size limit: it is not
+    /// written, and nothing is evicted for it.
+    TooLarge {
+        /// The entry's bytes.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// `$WEIGHTMAP_CACHE_MAX_SIZE` is not a byte count: no limit could be
     /// kept, so nothing is written (entries already there still serve).
     InvalidMaxSize {
@@ -93,7 +112,8 @@ pub enum CacheBypass {
 impl CacheBypass {
     /// A short, stable name: `"off"`, `"no_directory"`, `"unsupported"`,
     /// `"unsafe_directory"`, `"read_only"`, `"no_space"`,
-    /// `"source_changed"`, `"invalid_max_size"`, `"io"`.
+    /// `"source_changed"`, `"source_path_changed"`, `"too_large"`,
+    /// `"invalid_max_size"`, `"io"`.
     pub fn name(&self) -> &'static str {
         match self {
             CacheBypass::Off => "off",
@@ -103,6 +123,8 @@ impl CacheBypass {
             CacheBypass::ReadOnly { .. } => "read_only",
             CacheBypass::NoSpace { .. } => "no_space",
             CacheBypass::SourceChanged { .. } => "source_changed",
+            CacheBypass::SourcePathChanged { .. } => "source_path_changed",
+            CacheBypass::TooLarge { .. } => "too_large",
             CacheBypass::InvalidMaxSize { .. } => "invalid_max_size",
             CacheBypass::Io { .. } => "io",
         }
@@ -134,6 +156,17 @@ impl fmt::Display for CacheBypass {
                 f,
                 "{} changed while it was transformed; the result was not stored",
                 path.display()
+            ),
+            CacheBypass::SourcePathChanged { path, problem } => write!(
+                f,
+                "the path {} may have led to another file while it was read ({problem}); \
+                 the result was not stored",
+                path.display()
+            ),
+            CacheBypass::TooLarge { bytes, limit } => write!(
+                f,
+                "a {bytes}-byte entry is larger than the cache's limit of {limit} bytes \
+                 (WEIGHTMAP_CACHE_MAX_SIZE)"
             ),
             CacheBypass::InvalidMaxSize { problem, .. } => {
                 write!(f, "WEIGHTMAP_CACHE_MAX_SIZE: {problem}")

@@ -146,19 +146,16 @@ pub(crate) unsafe fn open_entry(
         let why = "not a cache entry (its key is not its name's)";
         return Ok(Opened::Unusable(why.into()));
     };
-    // Loaded first, so that where it is mapped, the check reads the very
-    // pages the tensors use; nothing of it is handed out unless it passes.
-    // SAFETY: the caller's contract.
-    let weights = match unsafe { load_open(&file, &path, options) } {
-        Ok(w) => w,
-        // Valid, then the options are what failed: the caller's error.
-        Err(e) if entry::check(&file, &header, Some(&key.text), None).is_ok() => return Err(e),
-        Err(e) => return Ok(Opened::Unusable(e.to_string())),
-    };
-    let mapping = weights.mapped().and_then(|m| m.mapping());
-    if let Err(problem) = entry::check(&file, &header, Some(&key.text), mapping.map(|m| &**m)) {
+    // Checked through reads of the file, never a mapping: a disk's read
+    // error is then an error the entry is rebuilt for, not a SIGBUS that
+    // kills the process. The pages read are the page cache's, the same
+    // ones a mapped load then uses.
+    if let Err(problem) = entry::check(&file, &header, Some(&key.text)) {
         return Ok(Opened::Unusable(problem.to_string()));
     }
+    // Valid, so an error here is the options': the caller's.
+    // SAFETY: the caller's contract.
+    let weights = unsafe { load_open(&file, &path, options) }?;
     touch(dir, &name, &file);
     Ok(Opened::Entry(OpenEntry {
         weights,
@@ -253,16 +250,8 @@ pub(crate) fn fill_temp(
     layout: &Layout,
     contents: &mut dyn EntryContents,
 ) -> std::result::Result<Filled, Unwritten> {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
     let bypass = |op, e: &io::Error| Unwritten::Bypass(refusal(dir.path(), op, e, layout.len));
-    let name: OsString = format!(
-        "{TMP_PREFIX}{}-{}-{}",
-        key.hash,
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    )
-    .into();
-    let file = dir.create_new(&name).map_err(|e| bypass("create", &e))?;
+    let (name, file) = create_locked(dir, &key.hash).map_err(|e| bypass("create", &e))?;
     let mut filled = Filled {
         dir: dir.clone(),
         path: dir.path().join(&name),
@@ -271,8 +260,6 @@ pub(crate) fn fill_temp(
         len: layout.len,
         committed: false,
     };
-    // A held lock tells `prune` the file is a fill under way.
-    let _ = try_lock(&filled.file);
     allocate(&mut filled.file, layout.len).map_err(|e| bypass("allocate", &e))?;
     match layout.write_held(key, contents, &filled.file) {
         Some(written) => written.map_err(|e| bypass("write", &e))?,
@@ -293,8 +280,67 @@ pub(crate) fn fill_temp(
     Ok(filled)
 }
 
+/// A temporary file's name for key `hash`, unique to this process.
+fn temp_name(hash: &str) -> OsString {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    format!("{TMP_PREFIX}{hash}-{}-{seq}", std::process::id()).into()
+}
+
+/// How many times a fill makes a new temporary file after a housekeeper
+/// took the last one, and how long it waits for one to let go of a lock.
+const CREATE_TRIES: usize = 4;
+const LOCK_WAIT: Duration = Duration::from_millis(500);
+
+/// Take `file`'s lock, waiting up to [`LOCK_WAIT`] for a housekeeper that
+/// holds it (one does only between its own lock and its removal of the
+/// file). `false` when it was not had.
+fn lock_within_wait(file: &File) -> io::Result<bool> {
+    let start = std::time::Instant::now();
+    loop {
+        if try_lock(file)? {
+            return Ok(true);
+        }
+        if start.elapsed() >= LOCK_WAIT {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A new temporary file for key `hash` in `dir`, created (0600, never
+/// through a link) and locked, so that no housekeeper takes it for a
+/// killed fill's. No call creates a file locked, so there is a moment
+/// between the two in which a housekeeper may find it unlocked and remove
+/// it; the name is therefore checked, once the lock is held, to still be
+/// this file, and a file lost that way costs a new name, never the fill.
+/// Where there are no locks, housekeepers go by age instead.
+fn create_locked(dir: &PrivateDir, hash: &str) -> io::Result<(OsString, File)> {
+    for _ in 0..CREATE_TRIES {
+        let name = temp_name(hash);
+        let file = dir.create_new(&name)?;
+        #[cfg(test)]
+        tests::between_create_and_lock(dir);
+        if LOCKS && !lock_within_wait(&file)? {
+            // A housekeeper holds it, and is removing it.
+            continue;
+        }
+        match dir.holds(&name, &file) {
+            Ok(true) => return Ok((name, file)),
+            Ok(false) => continue,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::other(
+        "every temporary file made was removed at once by a housekeeper",
+    ))
+}
+
 /// Make `filled` the entry of `key`: fsync it, check that the source did
-/// not change while it was made, rename it over the entry's name, and
+/// not change while it was made (nor, with `check_path`, its path lead
+/// anywhere else: the contents were read by it), rename it over the
+/// entry's name, and
 /// fsync the directory. Returns the entry's path and the file written,
 /// which the caller loads: whatever happens to the name afterwards (a
 /// prune, a `cache clear`, another fill's rename), that file keeps the
@@ -302,13 +348,20 @@ pub(crate) fn fill_temp(
 pub(crate) fn commit(
     mut filled: Filled,
     key: &SourceKey,
+    check_path: bool,
 ) -> std::result::Result<(PathBuf, File), Unwritten> {
     let dir = filled.dir.clone();
     let bypass = |op, e: &io::Error| Unwritten::Bypass(refusal(dir.path(), op, e, filled.len));
     filled.file.sync_all().map_err(|e| bypass("fsync", &e))?;
-    if !key.still_current() {
+    if !key.unchanged() {
         return Err(Unwritten::Bypass(CacheBypass::SourceChanged {
             path: key.path.clone(),
+        }));
+    }
+    if let (true, Err(problem)) = (check_path, key.path_unmoved()) {
+        return Err(Unwritten::Bypass(CacheBypass::SourcePathChanged {
+            path: key.path.clone(),
+            problem,
         }));
     }
     let name = entry_name(&key.hash);
@@ -442,7 +495,7 @@ pub(crate) fn verify(dir: &PrivateDir) -> Result<Vec<(PathBuf, std::result::Resu
     Ok(found(dir)?
         .into_iter()
         .map(|f| {
-            let verdict = entry::check(&f.file, &f.header, None, None).map_err(|p| p.to_string());
+            let verdict = entry::check(&f.file, &f.header, None).map_err(|p| p.to_string());
             (f.path, verdict)
         })
         .collect())
@@ -454,9 +507,14 @@ pub(crate) fn not_an_entry(path: &Path) -> Error {
     Error::io("remove", path, e)
 }
 
-/// Remove the entry at `path` from `dir`: `NotFound` unless it is an
-/// entry of `dir` by its contents.
-pub(crate) fn remove_entry(dir: &PrivateDir, path: &Path) -> Result<()> {
+/// Remove the entry at `path` from `dir` if it fails its check; `true`
+/// when it was removed. `NotFound` unless it is an entry of `dir` by its
+/// contents. The file is first moved aside, locked, under a temporary
+/// name (which no lookup reads and no fill or housekeeper takes), and
+/// checked there: so the file removed is the one found bad, never a good
+/// entry a fill renamed over it after it was found. One that passes (that
+/// good entry) is put back, unless another has taken its name meanwhile.
+pub(crate) fn remove_bad(dir: &PrivateDir, path: &Path) -> Result<bool> {
     let not_ours = || not_an_entry(path);
     if path.parent() != Some(dir.path()) {
         return Err(not_ours());
@@ -464,8 +522,24 @@ pub(crate) fn remove_entry(dir: &PrivateDir, path: &Path) -> Result<()> {
     let name = path.file_name().ok_or_else(not_ours)?;
     let hash = name.to_str().and_then(entry_hash).ok_or_else(not_ours)?;
     let file = dir.open_file(name, false).map_err(|_| not_ours())?;
-    entry::identify(&file, path, hash).ok_or_else(not_ours)?;
-    dir.remove(name).map_err(|e| Error::io("remove", path, e))
+    let header = entry::identify(&file, path, hash).ok_or_else(not_ours)?;
+    let io_err = |e| Error::io("remove", path, e);
+    if LOCKS && !lock_within_wait(&file).map_err(io_err)? {
+        return Ok(false);
+    }
+    let aside = temp_name(hash);
+    match dir.rename(name, &aside) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        r => r.map_err(io_err)?,
+    }
+    let bad =
+        dir.holds(&aside, &file).map_err(io_err)? && entry::check(&file, &header, None).is_err();
+    if !bad {
+        // `link` never replaces: a newer entry under the name stays.
+        let _ = dir.link(&aside, name);
+    }
+    dir.remove(&aside).map_err(io_err)?;
+    Ok(bad)
 }
 
 /// The key hash of an entry's file name: 32 lowercase hex digits, then
@@ -564,6 +638,9 @@ fn remove(
         Ok(()) => report
             .removed
             .push((path.to_owned(), bytes, why.to_owned())),
+        // Another housekeeper removed it first: what was wanted is done,
+        // and it is that one's to report.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => report.failed.push((path.to_owned(), e.to_string())),
     }
 }
@@ -641,6 +718,81 @@ mod tests {
         assert_eq!(bt.1.load(Ordering::SeqCst), 1);
         assert_eq!(buffer.host_bytes().unwrap().len(), 1 << 20);
         assert_eq!(buffer.host_bytes().unwrap().as_ptr() as usize % 4096, 0);
+    }
+
+    thread_local! {
+        /// What a test runs between a fill's creation of its temporary
+        /// file and its lock: a housekeeper's turn, in the worst place.
+        static HOUSEKEEPER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    pub(super) fn between_create_and_lock(dir: &PrivateDir) {
+        if HOUSEKEEPER.replace(false) {
+            let report = prune(dir, u64::MAX, None).unwrap();
+            assert_eq!(
+                report.removed.len(),
+                1,
+                "the housekeeper found no unlocked file"
+            );
+        }
+    }
+
+    /// A planned entry of one 64 KiB F32 tensor, and its contents.
+    struct Ones;
+
+    impl EntryContents for Ones {
+        fn tensors(&self) -> Vec<crate::cache::PlannedTensor> {
+            let ty = crate::TensorType::F32;
+            vec![crate::cache::PlannedTensor {
+                name: "w".into(),
+                ty,
+                ne: vec![16384],
+            }]
+        }
+        fn fill(&mut self, _: usize, dst: &mut [u8]) -> std::result::Result<(), String> {
+            dst.fill(1);
+            Ok(())
+        }
+    }
+
+    /// Break 2 of the second review: a prune (`cache clear`) that runs
+    /// between a fill's creation of its temporary file and its lock finds
+    /// the file unlocked. The fill must still be stored.
+    #[test]
+    fn a_housekeeper_between_create_and_lock_loses_no_fill() {
+        let tmp = tempfile::tempdir().unwrap();
+        let model = tmp.path().join("m.gguf");
+        let mut w = crate::gguf::Writer::new(32);
+        w.tensor("w", crate::TensorType::F32, &[4], vec![0; 16]);
+        w.write_with(File::create(&model).unwrap(), |_, _| {})
+            .unwrap();
+        let (dir, _) = open_dir(&tmp.path().join("cache"), true).unwrap().unwrap();
+        let key = SourceKey::of(&model, &crate::cache::TransformId::new("ones", 1)).unwrap();
+        let layout = Layout::plan(&key, &crate::cache::TransformId::new("ones", 1), &Ones).unwrap();
+        HOUSEKEEPER.set(true);
+        let filled = fill_temp(&dir, &key, &layout, &mut Ones);
+        assert!(!HOUSEKEEPER.get(), "the housekeeper did not run");
+        let Ok(filled) = filled else {
+            panic!("the fill was refused")
+        };
+        assert!(
+            commit(filled, &key, false).is_ok(),
+            "the fill's file was removed under it"
+        );
+        assert!(dir.open_file(&entry_name(&key.hash), false).is_ok());
+    }
+
+    /// Break 3 of the second review: a file another housekeeper removed
+    /// first is no failure.
+    #[test]
+    fn a_file_already_gone_is_no_failure() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (dir, _) = open_dir(tmp.path(), false).unwrap().unwrap();
+        let mut report = PruneReport::default();
+        let name = OsStr::new("0123456789abcdef0123456789abcdef.gguf");
+        remove(&dir, &mut report, name, &tmp.path().join(name), 1, "test");
+        assert!(report.failed.is_empty(), "{:?}", report.failed);
+        assert!(report.removed.is_empty(), "{:?}", report.removed);
     }
 
     #[test]

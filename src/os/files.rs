@@ -21,7 +21,7 @@ pub(crate) use sys::{change_time_ns, file_identity, is_no_space, is_read_only, t
 #[cfg(not(unix))]
 pub(crate) use by_path::{make_file_private, open_regular};
 #[cfg(not(unix))]
-use by_path::{path_problem, DirHandle};
+use by_path::{path_problem, path_trail, DirHandle};
 #[cfg(unix)]
 pub(crate) use sys::{make_file_private, open_regular};
 #[cfg(unix)]
@@ -57,19 +57,30 @@ impl PrivateDir {
         path: &Path,
         create: bool,
     ) -> std::result::Result<(PrivateDir, Option<String>), DirRefusal> {
-        let real = match path_problem(path) {
-            Ok(Ok(real)) => real,
+        let walked = match path_problem(path) {
+            Ok(Ok(walked)) => walked,
             Ok(Err(why)) => return Err(DirRefusal::Unsafe(why)),
             Err(e) => return Err(DirRefusal::Io("resolve", e)),
         };
-        let handle = match DirHandle::open(&real) {
+        if !walked.missing.is_empty() && !create {
+            return Err(DirRefusal::Missing);
+        }
+        let mut handle = match DirHandle::open(&walked.real) {
             Ok(h) => h,
-            Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
-                DirHandle::create(&real).map_err(|e| DirRefusal::Io("create", e))?
-            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(DirRefusal::Missing),
             Err(e) => return Err(DirRefusal::Io("open", e)),
         };
+        // Each missing step is made in the one before, through its handle,
+        // and checked as it is made: never a path created in one go.
+        let mut at = walked.real;
+        for name in &walked.missing {
+            handle = match handle.make_child(&at, name) {
+                Ok(Ok(child)) => child,
+                Ok(Err(why)) => return Err(DirRefusal::Unsafe(why)),
+                Err(e) => return Err(DirRefusal::Io("create", e)),
+            };
+            at.push(name);
+        }
         match handle.make_private() {
             Ok((Some(problem), _)) => Err(DirRefusal::Unsafe(problem)),
             Ok((None, note)) => Ok((
@@ -111,6 +122,17 @@ impl PrivateDir {
         self.handle.remove(name)
     }
 
+    /// Give file `from` in it the second name `to`; fails if `to` exists.
+    pub(crate) fn link(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
+        self.handle.link(from, to)
+    }
+
+    /// Whether `name` in it is the open `file` (`NotFound` when there is
+    /// no `name`).
+    pub(crate) fn holds(&self, name: &OsStr, file: &File) -> io::Result<bool> {
+        self.handle.holds(name, file)
+    }
+
     /// Its regular files: name, length, modification time.
     pub(crate) fn files(&self) -> io::Result<Vec<(OsString, u64, SystemTime)>> {
         self.handle.files()
@@ -119,6 +141,89 @@ impl PrivateDir {
     /// Make its renames durable.
     pub(crate) fn sync(&self) -> io::Result<()> {
         self.handle.sync()
+    }
+}
+
+/// One step of a [`PathTrail`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TrailStep {
+    /// Device and inode (Windows: volume and file index).
+    pub id: (u64, u64),
+    /// The change time (ns): set by a rename or link of this step, and by
+    /// any change of its entries if it is a directory.
+    pub changed: u64,
+    /// The modification time (ns): a directory's is set with its change
+    /// time by a change of its entries, and is left by its own rename.
+    pub modified: u64,
+    pub dir: bool,
+}
+
+#[cfg(unix)]
+impl TrailStep {
+    fn of(m: &std::fs::Metadata) -> TrailStep {
+        use std::os::unix::fs::MetadataExt;
+        let ns = |s: i64, n: i64| u64::try_from(i128::from(s) * 1_000_000_000 + i128::from(n));
+        TrailStep {
+            id: (m.dev(), m.ino()),
+            changed: ns(m.ctime(), m.ctime_nsec()).unwrap_or(0),
+            modified: ns(m.mtime(), m.mtime_nsec()).unwrap_or(0),
+            dir: m.is_dir(),
+        }
+    }
+}
+
+/// The steps of `path`'s trail, and whether another user could change it.
+#[cfg(unix)]
+fn path_trail(path: &Path) -> io::Result<(Vec<TrailStep>, bool)> {
+    let (steps, open_to_others) = sys::path_trail(path)?;
+    Ok((steps.iter().map(TrailStep::of).collect(), open_to_others))
+}
+
+/// What a path led through to its file, step by step (`/`, every directory
+/// and link on the way, the file), and whether another user could change
+/// where it leads. Taken at two times, two trails say whether the path may
+/// have led elsewhere in between ([`PathTrail::same_way`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PathTrail {
+    steps: Vec<TrailStep>,
+    open_to_others: bool,
+}
+
+impl PathTrail {
+    /// `path`'s trail now.
+    pub(crate) fn of(path: &Path) -> io::Result<PathTrail> {
+        let (steps, open_to_others) = path_trail(path)?;
+        Ok(PathTrail {
+            steps,
+            open_to_others,
+        })
+    }
+
+    /// The device and inode of the file it ends at.
+    pub(crate) fn file(&self) -> Option<(u64, u64)> {
+        self.steps.last().map(|s| s.id)
+    }
+
+    /// Whether `now`, taken after `self`, shows that the path led to the
+    /// same file all along: every step the same inode, and none renamed,
+    /// linked or unlinked meanwhile, which sets its change time (a link
+    /// flipped by `ln -sfn` is a new inode; a directory swapped out and
+    /// back, or a file exchanged and back, keeps its inode and shows a new
+    /// change time). A directory whose change came with a modification
+    /// had its entries changed, not itself moved; that is allowed where
+    /// only this user and root could change the path, so that files coming
+    /// and going beside the model do not refuse every fill, but not where
+    /// another user could, who might move a directory back and then touch
+    /// an entry of it to hide the move. Save a change and its undoing within
+    /// one tick of the file system's clock, which Linux 6.13's multigrain
+    /// timestamps close for changes after a `stat`.
+    pub(crate) fn same_way(&self, now: &PathTrail) -> bool {
+        let strict = self.open_to_others || now.open_to_others;
+        self.steps.len() == now.steps.len()
+            && self.steps.iter().zip(&now.steps).all(|(a, b)| {
+                let entries_only = a.dir && b.modified != a.modified && b.modified == b.changed;
+                a.id == b.id && (a.changed == b.changed || (!strict && entries_only))
+            })
     }
 }
 
@@ -138,9 +243,43 @@ mod by_path {
     use std::path::{Path, PathBuf};
     use std::time::SystemTime;
 
-    /// The path, made absolute: no step of it is refused here.
-    pub(crate) fn path_problem(path: &Path) -> io::Result<Result<PathBuf, String>> {
-        std::path::absolute(path).map(Ok)
+    use super::TrailStep;
+
+    /// How far a path exists, and what is missing below: as on Unix,
+    /// without the checks (no step of it is refused here).
+    pub(crate) struct Walked {
+        pub real: PathBuf,
+        pub missing: Vec<OsString>,
+    }
+
+    /// The path, made absolute (`..` resolved by the system), split where
+    /// it stops existing: no step of it is refused here.
+    pub(crate) fn path_problem(path: &Path) -> io::Result<Result<Walked, String>> {
+        let mut real = std::path::absolute(path)?;
+        let mut missing = Vec::new();
+        while fs::symlink_metadata(&real).is_err() {
+            let Some(name) = real.file_name().map(OsStr::to_owned) else {
+                break;
+            };
+            missing.push(name);
+            real.pop();
+        }
+        missing.reverse();
+        Ok(Ok(Walked { real, missing }))
+    }
+
+    /// Only the file a path leads to, by its identity: a path that leads
+    /// elsewhere at the commit is seen, one that led elsewhere and back is
+    /// not (`std` shows no change time of a directory here).
+    pub(crate) fn path_trail(path: &Path) -> io::Result<(Vec<TrailStep>, bool)> {
+        let id = super::sys::file_identity(&File::open(path)?)?;
+        let step = TrailStep {
+            id,
+            changed: 0,
+            modified: 0,
+            dir: false,
+        };
+        Ok((vec![step], false))
     }
 
     /// Files inherit the directory's ACL: nothing to change.
@@ -177,9 +316,17 @@ mod by_path {
             })
         }
 
-        pub(crate) fn create(real: &Path) -> io::Result<DirHandle> {
-            fs::create_dir_all(real)?;
-            DirHandle::open(real)
+        pub(crate) fn make_child(
+            &self,
+            _at: &Path,
+            name: &OsStr,
+        ) -> io::Result<Result<DirHandle, String>> {
+            let path = self.at(name)?;
+            match fs::create_dir(&path) {
+                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+                _ => {}
+            }
+            DirHandle::open(&path).map(Ok)
         }
 
         pub(crate) fn make_private(&self) -> io::Result<(Option<String>, Option<String>)> {
@@ -223,6 +370,16 @@ mod by_path {
 
         pub(crate) fn remove(&self, name: &OsStr) -> io::Result<()> {
             fs::remove_file(self.at(name)?)
+        }
+
+        pub(crate) fn link(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
+            fs::hard_link(self.at(from)?, self.at(to)?)
+        }
+
+        /// Without locks a fill's file is told from an orphan by its age,
+        /// never removed young: taken as held.
+        pub(crate) fn holds(&self, name: &OsStr, _file: &File) -> io::Result<bool> {
+            fs::symlink_metadata(self.at(name)?).map(|_| true)
         }
 
         pub(crate) fn files(&self) -> io::Result<Vec<(OsString, u64, SystemTime)>> {

@@ -383,26 +383,19 @@ fn entry_json(path: &Path, entry: &weightmap::Result<EntryInfo>) -> Json {
 
 fn verify(a: &VerifyArgs) -> CliResult {
     let cache = open(&a.dir)?;
-    let dir = cache.dir().unwrap_or(Path::new("")).to_owned();
-    // A user's `truncate` on an entry under the check: one error line
-    // naming the cache, not a crash.
-    let _sigbus = super::sigbus::guard(&dir);
-    // SAFETY: weightmap never truncates or writes an entry in place: a
-    // fill renames a whole new file over it and prune unlinks it, both of
-    // which leave a mapping of the old file intact. A user truncating an
-    // entry by hand ends the command through the guard above.
-    let verdicts = unsafe { cache.verify()? };
+    let verdicts = cache.verify()?;
     let bad: Vec<(&PathBuf, &String)> = verdicts
         .iter()
         .filter_map(|(p, v)| v.as_ref().err().map(|e| (p, e)))
         .collect();
     // A bad entry is removed, so that the next load rebuilds it; one that
-    // cannot be removed says why.
-    let removal = |path: &PathBuf| -> Option<Result<(), String>> {
+    // cannot be removed says why, and one a fill replaced with a good
+    // entry meanwhile is kept (`Ok(false)`).
+    let removal = |path: &PathBuf| -> Option<Result<bool, String>> {
         let bad = verdicts.iter().any(|(p, v)| p == path && v.is_err());
-        (bad && !a.keep_bad).then(|| cache.remove(path).map_err(|e| e.to_string()))
+        (bad && !a.keep_bad).then(|| cache.remove_bad(path).map_err(|e| e.to_string()))
     };
-    let removed: Vec<Option<Result<(), String>>> =
+    let removed: Vec<Option<Result<bool, String>>> =
         verdicts.iter().map(|(p, _)| removal(p)).collect();
     let out = if a.json {
         let list = verdicts
@@ -414,7 +407,7 @@ fn verify(a: &VerifyArgs) -> CliResult {
                     "key": key_of(path),
                     "ok": verdict.is_ok(),
                     "error": verdict.as_ref().err(),
-                    "removed": matches!(removed, Some(Ok(()))),
+                    "removed": matches!(removed, Some(Ok(true))),
                 })
             });
         json_text(&Json::Array(list.collect()))
@@ -422,7 +415,8 @@ fn verify(a: &VerifyArgs) -> CliResult {
         let mut out = String::new();
         for ((path, verdict), removed) in verdicts.iter().zip(&removed) {
             let fate = match removed {
-                Some(Ok(())) => "; removed (the next load rebuilds it)".to_owned(),
+                Some(Ok(true)) => "; removed (the next load rebuilds it)".to_owned(),
+                Some(Ok(false)) => "; kept: a good entry took its place meanwhile".to_owned(),
                 Some(Err(e)) => format!("; could not be removed: {}", escape(e)),
                 None => String::new(),
             };

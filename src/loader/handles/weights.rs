@@ -78,12 +78,6 @@ impl MappedWeights {
         self.inner.map.as_ref().map_or(&[], |m| m.bytes())
     }
 
-    /// The mapping itself, for reads that advise it (the transform cache's
-    /// check of every byte, through the pages the tensors then use).
-    pub(crate) fn mapping(&self) -> Option<&Arc<crate::os::Mapping>> {
-        self.inner.map.as_ref()
-    }
-
     /// Where each tensor (in file order) sits in its buffer, and whether it
     /// is mapped or copied.
     pub fn placements(&self) -> impl ExactSizeIterator<Item = (Placement, PlacementKind)> + '_ {

@@ -19,7 +19,7 @@
 use std::ffi::{CString, OsStr};
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
@@ -585,23 +585,28 @@ pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
     Ok(file)
 }
 
-/// Why a directory reached through `path` could be changed by another
-/// user, or its real path (every symbolic link resolved) when it cannot.
-///
-/// Each step of the path is checked as the kernel's `protected_symlinks`
-/// and `protected_regular` rules think of `/tmp`: a directory owned by
-/// another user (not root) controls what its names lead to; a directory
-/// others may write controls them too, unless it is sticky and the name
-/// belongs to this user or root (then only they can rename or remove it).
-/// A name that does not exist yet ends the walk: the caller creates it,
-/// private, in a parent that passed. Once every step passes, no other
-/// user can make the path lead anywhere else, so a handle opened on the
-/// real path afterwards is the directory that was checked.
-pub(crate) fn path_problem(path: &Path) -> io::Result<Result<std::path::PathBuf, String>> {
+/// What walking a path found: its real path as far as it exists (every
+/// symbolic link resolved), the names below that which do not exist yet,
+/// and the trail: `/` and every directory, link and file the walk met, in
+/// order.
+pub(crate) struct Walked {
+    pub real: std::path::PathBuf,
+    pub missing: Vec<std::ffi::OsString>,
+    pub trail: Vec<std::fs::Metadata>,
+}
+
+/// Walk `path` from `/` as the kernel resolves it, link by link, handing
+/// each existing step to `check` (the directory it is in, that directory's
+/// metadata, the step's path and its own, unfollowed), which may refuse it
+/// with a reason. A step that does not exist ends the walk: it and the
+/// names after it are `missing`, and a `..` among them is refused, since
+/// what it leads to cannot be known before the step exists.
+fn walk(
+    path: &Path,
+    mut check: impl FnMut(&Path, &std::fs::Metadata, &Path, &std::fs::Metadata) -> Option<String>,
+) -> io::Result<Result<Walked, String>> {
     use std::collections::VecDeque;
     use std::path::{Component, PathBuf};
-    let me = euid();
-    let trusted = |uid: u32| uid == me || uid == 0 || is_system_uid(uid);
     let mut left: VecDeque<std::ffi::OsString> = VecDeque::new();
     let push_front = |left: &mut VecDeque<std::ffi::OsString>, p: &Path| {
         for c in p.components().rev() {
@@ -615,6 +620,7 @@ pub(crate) fn path_problem(path: &Path) -> io::Result<Result<std::path::PathBuf,
     let absolute = std::path::absolute(path)?;
     push_front(&mut left, &absolute);
     let mut real = PathBuf::from("/");
+    let mut trail = vec![std::fs::metadata(&real)?];
     let mut links = 0;
     while let Some(name) = left.pop_front() {
         if name == ".." {
@@ -626,37 +632,26 @@ pub(crate) fn path_problem(path: &Path) -> io::Result<Result<std::path::PathBuf,
         let meta = match std::fs::symlink_metadata(&next) {
             Ok(m) => m,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                real.push(name);
-                for rest in left.drain(..) {
-                    real.push(rest);
+                let missing: Vec<_> = std::iter::once(name).chain(left).collect();
+                if missing.iter().any(|n| n == "..") {
+                    return Ok(Err(format!(
+                        "{} goes up (..) from {}, which does not exist",
+                        path.display(),
+                        next.display()
+                    )));
                 }
-                break;
+                return Ok(Ok(Walked {
+                    real,
+                    missing,
+                    trail,
+                }));
             }
             Err(e) => return Err(e),
         };
-        if !trusted(parent.uid()) {
-            return Ok(Err(format!(
-                "{} is owned by uid {}, who could swap what {} leads to",
-                real.display(),
-                parent.uid(),
-                next.display()
-            )));
+        if let Some(why) = check(&real, &parent, &next, &meta) {
+            return Ok(Err(why));
         }
-        let open_to_others = parent.mode() & 0o022 != 0;
-        let sticky = parent.mode() & 0o1000 != 0;
-        if open_to_others && !(sticky && trusted(meta.uid())) {
-            return Ok(Err(format!(
-                "{} lets other users write in it (mode {:o}){}, so they could swap {}",
-                real.display(),
-                parent.mode() & 0o7777,
-                if sticky {
-                    format!(" and {} is uid {}'s", next.display(), meta.uid())
-                } else {
-                    String::new()
-                },
-                next.display()
-            )));
-        }
+        trail.push(meta.clone());
         if meta.file_type().is_symlink() {
             links += 1;
             if links > 40 {
@@ -671,7 +666,79 @@ pub(crate) fn path_problem(path: &Path) -> io::Result<Result<std::path::PathBuf,
             real = next;
         }
     }
-    Ok(Ok(real))
+    Ok(Ok(Walked {
+        real,
+        missing: Vec::new(),
+        trail,
+    }))
+}
+
+/// The trail of `path` ([`Walked`]): what it leads through to its file, for
+/// telling later whether it led anywhere else meanwhile; and whether
+/// another user could change what it leads to (a step that
+/// [`path_problem`] would refuse). `NotFound` when it leads to nothing.
+pub(crate) fn path_trail(path: &Path) -> io::Result<(Vec<std::fs::Metadata>, bool)> {
+    let mut open_to_others = false;
+    let walked = walk(path, |dir, parent, next, meta| {
+        open_to_others |= parent_problem(dir, parent, next, Some(meta.uid())).is_some();
+        None
+    })?;
+    match walked {
+        Ok(w) if w.missing.is_empty() => Ok((w.trail, open_to_others)),
+        _ => Err(io::ErrorKind::NotFound.into()),
+    }
+}
+
+/// Why another user could change what the directory `dir` (metadata
+/// `parent`) holds under a name: it is theirs (not root's), or they may
+/// write in it and it is not sticky, or it is sticky and the name (`child`,
+/// `None` before it exists) is theirs.
+fn parent_problem(
+    dir: &Path,
+    parent: &std::fs::Metadata,
+    next: &Path,
+    child_uid: Option<u32>,
+) -> Option<String> {
+    let me = euid();
+    let trusted = |uid: u32| uid == me || uid == 0 || is_system_uid(uid);
+    if !trusted(parent.uid()) {
+        return Some(format!(
+            "{} is owned by uid {}, who could swap what {} leads to",
+            dir.display(),
+            parent.uid(),
+            next.display()
+        ));
+    }
+    let open_to_others = parent.mode() & 0o022 != 0;
+    let sticky = parent.mode() & 0o1000 != 0;
+    if open_to_others && !(sticky && child_uid.is_some_and(trusted)) {
+        return Some(format!(
+            "{} lets other users write in it (mode {:o}){}, so they could swap {}",
+            dir.display(),
+            parent.mode() & 0o7777,
+            match child_uid {
+                Some(uid) if sticky => format!(" and {} is uid {uid}'s", next.display()),
+                _ => String::new(),
+            },
+            next.display()
+        ));
+    }
+    None
+}
+
+/// Why a directory reached through `path` could be changed by another
+/// user, or how far it exists and what is missing below that.
+///
+/// Each step of the path is checked as the kernel's `protected_symlinks`
+/// and `protected_regular` rules think of `/tmp` ([`parent_problem`]).
+/// Once every step passes, no other user can make the path lead anywhere
+/// else, so a handle opened on the real path afterwards is the directory
+/// that was checked. Missing steps are made by
+/// [`DirHandle::make_child`], one at a time, each checked as it is made.
+pub(crate) fn path_problem(path: &Path) -> io::Result<Result<Walked, String>> {
+    walk(path, |dir, parent, next, meta| {
+        parent_problem(dir, parent, next, Some(meta.uid()))
+    })
 }
 
 /// Whether `uid` is the system's own: root's peers that no app or login
@@ -704,15 +771,36 @@ impl DirHandle {
         Ok(DirHandle { fd: file.into() })
     }
 
-    /// Create directory `real` (private to this user), its missing parents
-    /// too, then open it.
-    pub(crate) fn create(real: &Path) -> io::Result<DirHandle> {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(real)?;
-        DirHandle::open(real)
+    /// Make directory `name` in this one (`at`, for messages), private to
+    /// this user, and open it: refused where another user could change
+    /// what `name` leads to ([`parent_problem`]: checked on this handle,
+    /// and on what was made, which someone may have made first).
+    pub(crate) fn make_child(
+        &self,
+        at: &Path,
+        name: &OsStr,
+    ) -> io::Result<Result<DirHandle, String>> {
+        let c = entry_name(name)?;
+        let next = at.join(name);
+        // SAFETY: a live directory descriptor and a NUL-terminated name.
+        if let Err(e) = cvt(unsafe { libc::mkdirat(self.fd.as_raw_fd(), c.as_ptr(), 0o700) }) {
+            if e.raw_os_error() != Some(libc::EEXIST) {
+                return Err(e);
+            }
+        }
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        // SAFETY: as above.
+        let fd = cvt(unsafe { libc::openat(self.fd.as_raw_fd(), c.as_ptr(), flags) })?;
+        // SAFETY: `fd` was just opened and nothing else owns it.
+        let child = DirHandle {
+            fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) },
+        };
+        let parent = File::from(self.fd.try_clone()?).metadata()?;
+        let uid = fstat_fd(fd)?.st_uid;
+        Ok(match parent_problem(at, &parent, &next, Some(uid)) {
+            Some(why) => Err(why),
+            None => Ok(child),
+        })
     }
 
     /// Why another user could plant, swap or read files in it (it is
@@ -787,6 +875,36 @@ impl DirHandle {
         // SAFETY: a live directory descriptor and NUL-terminated names.
         cvt(unsafe { libc::renameat(d, f.as_ptr(), d, t.as_ptr()) })?;
         Ok(())
+    }
+
+    /// Give the file `from` in it the second name `to`, failing if `to`
+    /// exists (`linkat`, which never replaces).
+    pub(crate) fn link(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
+        let (f, t) = (entry_name(from)?, entry_name(to)?);
+        let d = self.fd.as_raw_fd();
+        // SAFETY: a live directory descriptor and NUL-terminated names.
+        cvt(unsafe { libc::linkat(d, f.as_ptr(), d, t.as_ptr(), 0) })?;
+        Ok(())
+    }
+
+    /// Whether `name` in it is the open `file` (device and inode, the name
+    /// not followed if it is a link). `NotFound` when there is no `name`.
+    pub(crate) fn holds(&self, name: &OsStr, file: &File) -> io::Result<bool> {
+        let c = entry_name(name)?;
+        // SAFETY: an all-zero stat is valid; fstatat writes it.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a live directory descriptor, a NUL-terminated name and a
+        // live, writable struct.
+        cvt(unsafe {
+            libc::fstatat(
+                self.fd.as_raw_fd(),
+                c.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        })?;
+        let open = fstat_fd(file.as_raw_fd())?;
+        Ok(st.st_dev == open.st_dev && st.st_ino == open.st_ino)
     }
 
     /// Remove file `name` from it (never a directory).
