@@ -102,8 +102,13 @@ chmod +x "$CARGO_TARGET_DIR/bin/aarch64-cc"
 # to the kernel (it would limit qemu itself), so they fail there, and their
 # million-tensor files take three quarters of an hour emulated.
 a64=aarch64-unknown-linux-gnu
+# The memory cgroup tests (budget_cgroup.rs) charge qemu's own translator
+# memory to the group beside the load's, so the limits they set say
+# nothing about the library there.
 a64_skip=(--skip under_rlimit_as_is_an_error_not_an_abort
-  --skip gen_writes_a_tensor_larger_than_its_address_space)
+  --skip gen_writes_a_tensor_larger_than_its_address_space
+  --skip a_full_page_cache_plans_as_a_cold_start
+  --skip a_copy_larger_than_the_room_is_still_refused)
 a64_test() {
   local pkg=$1
   shift

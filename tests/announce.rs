@@ -361,3 +361,31 @@ fn the_report_says_what_stays_resident_and_a_budget_below_the_dense_part_still_l
     assert_eq!(streamed.report().residency, ResidencyPlan::Fits);
     assert!(streamed.report().streamed_tensors.is_empty());
 }
+
+#[test]
+fn re_announcing_reads_again_after_a_release_and_after_eviction() {
+    let test = "re_announcing_reads_again_after_a_release_and_after_eviction";
+    let dir = tempfile::tempdir().unwrap();
+    let path = moe_model(dir.path());
+    let w = load(&path, &LoadOptions::default().prefetch(Prefetch::None));
+    if !common::page_cache_observable(test) {
+        return;
+    }
+    evict(&path).unwrap();
+    let a = w.tensor_index("a").unwrap();
+    w.prefetch(&[Need::tensor(a)]).unwrap();
+    assert!(settled_fraction(&w, "a") > 0.9);
+    // The runtime drops it (say, after copying it to a device) and then
+    // needs it again: announced, it is read again.
+    w.release("a").unwrap();
+    assert!(w.residency("a").unwrap().unwrap().fraction() < 0.1);
+    w.prefetch(&[Need::tensor(a)]).unwrap();
+    let again = settled_fraction(&w, "a");
+    assert!(again > 0.9, "read once, released, announced: {again}");
+    // Memory pressure takes it (here, eviction of the whole file): the
+    // next announcement reads it again too.
+    evict(&path).unwrap();
+    w.prefetch(&[Need::tensor(a)]).unwrap();
+    let after_pressure = settled_fraction(&w, "a");
+    assert!(after_pressure > 0.9, "evicted, announced: {after_pressure}");
+}

@@ -777,8 +777,10 @@ fn blue_green() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf, Cache) {
 
 /// Tensors held in memory: what a caller that read the source by its path
 /// (transformers, say) hands to [`weightmap::cache::Miss::store`].
+#[cfg(unix)]
 struct Held(Vec<(String, Vec<u8>)>);
 
+#[cfg(unix)]
 impl EntryContents for Held {
     fn tensors(&self) -> Vec<PlannedTensor> {
         let planned = |(name, bytes): &(String, Vec<u8>)| PlannedTensor {

@@ -22,7 +22,7 @@ use pyo3::exceptions::{
     PyValueError,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple};
 
 mod cache;
 mod gguf;
@@ -519,6 +519,10 @@ impl PyWeights {
         d.set_item("shards", r.shards.len().max(1))?;
         d.set_item("budget_bytes", r.budget.bytes)?;
         d.set_item("budget_source", &r.budget.source)?;
+        d.set_item("budget_limit", r.budget.limit)?;
+        d.set_item("budget_usage", r.budget.usage)?;
+        d.set_item("budget_reclaimable", r.budget.reclaimable)?;
+        d.set_item("budget_own_cached", r.budget.own_cached)?;
         d.set_item("reread_small_folios", r.reread.to_string())?;
         d.set_item("residency", r.residency.to_string())?;
         Ok(d)
@@ -540,21 +544,21 @@ impl PyWeights {
     /// for an expert that is not there), and then nothing is read.
     fn prefetch(&self, py: Python<'_>, needs: Vec<Bound<'_, PyAny>>) -> PyResult<()> {
         let w = self.weights(py)?;
-        let index = |t: &Bound<'_, PyAny>| -> PyResult<usize> {
-            match t.extract::<String>() {
-                Ok(name) => w
-                    .tensor_index(&name)
-                    .ok_or_else(|| PyKeyError::new_err(name)),
-                Err(_) => t.extract::<usize>().map_err(|_| {
-                    PyIndexError::new_err(format!("no tensor {t}: the weights hold {}", w.len()))
-                }),
-            }
-        };
         let mut parsed: Vec<(usize, Vec<i32>)> = Vec::with_capacity(needs.len());
         for need in &needs {
-            parsed.push(match need.extract::<(Bound<'_, PyAny>, Vec<i32>)>() {
-                Ok((t, experts)) => (index(&t)?, experts),
-                Err(_) => (index(need)?, Vec::new()),
+            parsed.push(match need.downcast::<PyTuple>() {
+                Ok(pair) => {
+                    let [t, experts] =
+                        <[Bound<'_, PyAny>; 2]>::try_from(pair.iter().collect::<Vec<_>>())
+                            .map_err(|_| {
+                                PyTypeError::new_err(format!(
+                                    "a need is a tensor or a (tensor, experts) pair, not {need}"
+                                ))
+                            })?;
+                    let index = need_tensor(&w, &t)?;
+                    (index, need_experts(&t, &experts)?)
+                }
+                Err(_) => (need_tensor(&w, need)?, Vec::new()),
             });
         }
         let needs: Vec<wm::Need<'_>> = parsed
@@ -771,4 +775,67 @@ fn weightmap_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_dequantize, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
+}
+
+/// The tensor a need names: its name, or its index (an int; a bool, which
+/// Python counts as an int, is refused rather than taken as 0 or 1).
+fn need_tensor(w: &wm::Weights, t: &Bound<'_, PyAny>) -> PyResult<usize> {
+    if let Ok(name) = t.extract::<String>() {
+        return w
+            .tensor_index(&name)
+            .ok_or_else(|| PyKeyError::new_err(name));
+    }
+    if t.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "a tensor is a name or an int index, not the bool {t}"
+        )));
+    }
+    match t.extract::<i128>() {
+        Ok(i) => usize::try_from(i)
+            .ok()
+            .filter(|&i| i < w.len())
+            .ok_or_else(|| {
+                PyIndexError::new_err(format!("no tensor {i}: the weights hold {}", w.len()))
+            }),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "a tensor is a name or an int index, not {}",
+            t.repr().map_or_else(|_| "that".into(), |r| r.to_string())
+        ))),
+    }
+}
+
+/// The experts of a need on tensor `t`: a sequence of ints (not a string,
+/// not bools), each within 32 bits as a router's ids are. The error names
+/// the tensor and the list.
+fn need_experts(t: &Bound<'_, PyAny>, experts: &Bound<'_, PyAny>) -> PyResult<Vec<i32>> {
+    let bad = |why: String| PyTypeError::new_err(format!("the experts of {t}, {experts}: {why}"));
+    if experts.extract::<String>().is_ok() || experts.is_none() {
+        return Err(bad("not a list of ints".into()));
+    }
+    let items = experts
+        .try_iter()
+        .map_err(|_| bad("not a list of ints".into()))?;
+    let mut ids = Vec::new();
+    for item in items {
+        let item = item?;
+        if item.is_instance_of::<PyBool>() {
+            return Err(bad(format!("{item} is a bool, not an expert id")));
+        }
+        let id = item.extract::<i128>().map_err(|_| {
+            bad(format!(
+                "{} is not an int",
+                item.repr()
+                    .map_or_else(|_| "an item".into(), |r| r.to_string())
+            ))
+        })?;
+        // Within 32 bits, the tensor says which ids it holds
+        // (weightmap.Error, "no_such_expert").
+        let id = i32::try_from(id).map_err(|_| {
+            PyValueError::new_err(format!(
+                "the experts of {t}, {experts}: {id} is not an expert id (a 32-bit int)"
+            ))
+        })?;
+        ids.push(id);
+    }
+    Ok(ids)
 }

@@ -349,6 +349,10 @@ def test_report():
         "bytes_copied",
         "budget_bytes",
         "budget_source",
+        "budget_limit",
+        "budget_usage",
+        "budget_reclaimable",
+        "budget_own_cached",
     ):
         assert key in r
     assert r["mode_used"] == "mmap"
@@ -575,6 +579,28 @@ def test_prefetch_checks_every_need_and_the_weights_carry_on(tmp_path, mode):
         assert "has no expert 4" in str(e.value)
         with pytest.raises(weightmap.Error):
             w.prefetch([("blk.0.attn_norm.weight", [0])])
+        # A bad expert list is named as such, not as a missing tensor.
+        up = "blk.0.ffn_up_exps.weight"
+        for bad, error in [
+            ([2**31], ValueError),
+            (["a"], TypeError),
+            ("12", TypeError),
+            (None, TypeError),
+            ([True], TypeError),
+        ]:
+            with pytest.raises(error) as e:
+                w.prefetch([(up, bad)])
+            assert not isinstance(e.value, IndexError), e.value
+            assert up in str(e.value) and "experts" in str(e.value), e.value
+        with pytest.raises(TypeError):
+            w.prefetch([(up, [0], [1])])
+        # A bool is not a tensor index (True would be tensor 1).
+        for need in [True, (False, [0])]:
+            with pytest.raises(TypeError) as e:
+                w.prefetch([need])
+            assert "bool" in str(e.value), e.value
+        with pytest.raises(IndexError):
+            w.prefetch([-1])
         # The weights answer as before.
         np.testing.assert_array_equal(
             w["blk.0.ffn_up_exps.weight"].view(np.float32).reshape(4, 2, 8), experts

@@ -398,7 +398,7 @@ pub(crate) fn in_memory(
     budget::check(
         layout.len,
         "the transformed tensors",
-        &budget::current(options),
+        &budget::current(options, 0),
         options,
     )?;
     let len = usize::try_from(layout.len).map_err(|_| Error::OutOfMemory {

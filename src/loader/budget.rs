@@ -2,6 +2,8 @@
 //! (or taken from [`LoadOptions::budget`]), then every memory decision is
 //! made against it.
 
+use std::fs::File;
+
 use crate::error::{Error, Result};
 use crate::os::{read_budget, BudgetReading};
 use crate::page_plan::plan::MemReader;
@@ -9,38 +11,53 @@ use crate::page_plan::plan::MemReader;
 use super::options::LoadOptions;
 use super::report::Budget;
 
-/// The budget `opts` give, or the system's.
-pub(crate) fn current(opts: &LoadOptions) -> Budget {
+/// The budget `opts` give, or the system's, for a load of a model whose
+/// bytes are `own_cached` in the page cache already (a restart, a second
+/// process): those count as the model's resident pages, not as used.
+pub(crate) fn current(opts: &LoadOptions, own_cached: u64) -> Budget {
     if let Some(bytes) = opts.budget {
         return Budget {
             bytes: Some(bytes),
             source: "LoadOptions::budget".into(),
+            ..Budget::default()
         };
     }
-    match read_budget() {
+    match read_budget(own_cached) {
         BudgetReading::Limited { budget, .. } => Budget {
             bytes: Some(budget.bytes),
             source: budget.source.to_string(),
+            limit: budget.counted.map(|c| c.limit),
+            usage: budget.counted.map(|c| c.usage),
+            reclaimable: budget.counted.map(|c| c.reclaimable),
+            own_cached: budget.counted.map(|c| c.own_cached),
         },
         BudgetReading::Unreadable { why } => Budget {
             bytes: None,
             source: format!("unreadable: {why}"),
+            ..Budget::default()
         },
     }
 }
 
-/// The budget a mapped load is held to, read once as it starts, and how a
-/// background prefetch reads it again while it runs: the figure `opts`
-/// fixed, or the system's then (a cgroup's usage moves as the prefetch
-/// fills the page cache).
-pub(crate) fn read_once(opts: &LoadOptions) -> (Budget, MemReader) {
-    (current(opts), reader(opts))
+/// About how many of the `len` bytes of a model in `file` are in the page
+/// cache, by the sampled residency (0 where it cannot be told).
+pub(crate) fn cached_bytes(file: &File, len: u64) -> u64 {
+    crate::os::residency_estimate_of(file).map_or(0, |r| (r.fraction() * len as f64) as u64)
 }
 
-fn reader(opts: &LoadOptions) -> MemReader {
+/// The budget a mapped load is held to, read once as it starts (the model
+/// `own_cached` bytes warm), and how a background prefetch reads it again
+/// while it runs: the figure `opts` fixed, or the system's then (a
+/// cgroup's usage moves as the prefetch fills the page cache; what it
+/// reads lands on the inactive list, counted as reclaimable).
+pub(crate) fn read_once(opts: &LoadOptions, own_cached: u64) -> (Budget, MemReader) {
+    (current(opts, own_cached), reader(opts, own_cached))
+}
+
+fn reader(opts: &LoadOptions, own_cached: u64) -> MemReader {
     match opts.budget {
         Some(bytes) => std::sync::Arc::new(move || Some(bytes)),
-        None => std::sync::Arc::new(|| read_budget().budget().map(|b| b.bytes)),
+        None => std::sync::Arc::new(move || read_budget(own_cached).budget().map(|b| b.bytes)),
     }
 }
 
@@ -91,6 +108,6 @@ impl CopyRule {
             Some(b) => LoadOptions::default().budget(b),
             None => LoadOptions::default(),
         };
-        check(needed, what, &current(&opts), &opts)
+        check(needed, what, &current(&opts, 0), &opts)
     }
 }

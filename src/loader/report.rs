@@ -202,10 +202,12 @@ pub struct LoadReport {
 /// The memory the process may still use, as the load read it when it
 /// started: the least of `MemAvailable` and, for the process's memory
 /// cgroup and each of its ancestors, the limit less the usage (cgroup v1 or
-/// v2). Every memory decision of the load is made against it: the
-/// background prefetch, populate, mlock, and every copy (which is refused
-/// with [`crate::Error::OverBudget`] rather than risk the OOM killer).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// v2), with the page cache the kernel would reclaim first counted as
+/// available, as `MemAvailable` and kubelet count it. Every memory decision
+/// of the load is made against it: the background prefetch, populate,
+/// mlock, the residency, and every copy (which is refused with
+/// [`crate::Error::OverBudget`] rather than risk the OOM killer).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Budget {
     /// Bytes, or `None` when no figure could be read (then nothing is refused).
@@ -214,6 +216,18 @@ pub struct Budget {
     /// memory.limit_in_bytes"`, `"cgroup v2 /a/b memory.max"`,
     /// `"LoadOptions::budget"`; or why none could be read.
     pub source: String,
+    /// For a cgroup's figure: its limit.
+    pub limit: Option<u64>,
+    /// For a cgroup's figure: its usage, page cache included.
+    pub usage: Option<u64>,
+    /// For a cgroup's figure: its inactive file pages (`memory.stat`),
+    /// counted as available.
+    pub reclaimable: Option<u64>,
+    /// For a cgroup's figure: the model's own bytes in the page cache,
+    /// counted as its resident set rather than as used where they are more
+    /// than `reclaimable` (the two may overlap, so only the larger counts).
+    /// `bytes` is `limit - (usage - max(reclaimable, own_cached))`.
+    pub own_cached: Option<u64>,
 }
 
 /// One file of a model: where it is and what its load did.

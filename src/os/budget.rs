@@ -72,6 +72,23 @@ pub(crate) struct Budget {
     pub bytes: u64,
     /// The tightest figure, the one `bytes` comes from.
     pub source: Source,
+    /// For a cgroup's figure, what went into it.
+    pub counted: Option<Counted>,
+}
+
+/// The parts of a cgroup's figure: the limit less the usage, with the
+/// page cache the kernel would reclaim first given back, or the model's
+/// own cached pages where they are more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counted {
+    /// The limit.
+    pub limit: u64,
+    /// The cgroup's usage, page cache included.
+    pub usage: u64,
+    /// Its inactive file pages.
+    pub reclaimable: u64,
+    /// The model's own pages in the page cache (at most the usage).
+    pub own_cached: u64,
 }
 
 /// The outcome of reading the budget.
@@ -148,7 +165,11 @@ mod tests {
 
     #[test]
     fn the_least_figure_decides_and_the_first_wins_a_tie() {
-        let b = |bytes, source| Budget { bytes, source };
+        let b = |bytes, source| Budget {
+            bytes,
+            source,
+            counted: None,
+        };
         let r = BudgetReading::least(
             vec![
                 b(10, Source::AvailablePhysical),
@@ -181,7 +202,7 @@ mod tests {
 
     #[test]
     fn read_budget_on_this_machine_is_readable() {
-        let r = crate::os::read_budget();
+        let r = crate::os::read_budget(0);
         assert!(r.budget().is_some(), "{r:?}");
     }
 }

@@ -21,7 +21,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::budget::{Budget, BudgetReading, Source};
+use super::budget::{Budget, BudgetReading, Counted, Source};
 
 /// From this value up, a cgroup v1 `memory.limit_in_bytes` means "no limit".
 /// The kernel writes "unlimited" as the largest page-aligned `i64`
@@ -34,9 +34,13 @@ const V1_UNLIMITED_FROM: u64 = 1 << 62;
 /// `root/proc/self/cgroup`, `root/proc/self/mountinfo`, and the cgroup files
 /// under `root/<mount point>`. Mount points are taken as absolute paths
 /// inside `root`, so a fake tree needs no real mounts.
-pub(crate) fn read_budget_in(root: &Path) -> BudgetReading {
+///
+/// `own_cached` is how much of the model being loaded is in the page cache
+/// already: those pages are counted as the model's, not as used.
+pub(crate) fn read_budget_in(root: &Path, own_cached: u64) -> BudgetReading {
     let mut r = Reader {
         root,
+        own_cached,
         found: Vec::new(),
         unread: Vec::new(),
     };
@@ -103,6 +107,8 @@ struct Membership {
 /// What has been read so far.
 struct Reader<'a> {
     root: &'a Path,
+    /// The model's bytes in the page cache (`read_budget_in`).
+    own_cached: u64,
     /// Every figure read, `MemAvailable` first.
     found: Vec<Budget>,
     unread: Vec<String>,
@@ -142,6 +148,7 @@ impl Reader<'_> {
             Ok(bytes) => self.found.push(Budget {
                 bytes,
                 source: Source::MemAvailable,
+                counted: None,
             }),
             Err(why) => self.note(&path, why),
         }
@@ -381,6 +388,12 @@ impl Reader<'_> {
                 return self.note(&path, format_args!("{why}; {} skipped", skipped.join(", ")));
             }
         };
+        let reclaimable = self.reclaimable(version, dir);
+        // The model's own cached pages are its resident set, not a cost
+        // against its room; they may lie on either file list, so they and
+        // the inactive list are not added together, and of the two the
+        // larger is taken: never more than the cgroup's usage.
+        let given_back = reclaimable.max(self.own_cached).min(usage);
         for (file, limit) in limits {
             let path = shown.clone();
             let source = match version {
@@ -391,9 +404,44 @@ impl Reader<'_> {
             // a full cgroup): nothing is left then, not a wrapped-around
             // huge number.
             self.found.push(Budget {
-                bytes: limit.saturating_sub(usage),
+                bytes: limit.saturating_sub(usage - given_back),
                 source,
+                counted: Some(Counted {
+                    limit,
+                    usage,
+                    reclaimable,
+                    own_cached: self.own_cached.min(usage),
+                }),
             });
+        }
+    }
+
+    /// The file pages the kernel would reclaim before it charged the
+    /// cgroup over its limit: the inactive file list (`memory.stat`'s
+    /// `total_inactive_file` in v1, which counts the descendants as
+    /// `memory.usage_in_bytes` does; `inactive_file` in v2, which always
+    /// does). This is what kubelet takes out of usage for its working set;
+    /// the active list is left counted as used, since the kernel reclaims
+    /// it only after the inactive one. A `memory.stat` that cannot be read
+    /// counts none, and says so.
+    fn reclaimable(&mut self, version: Version, dir: &Path) -> u64 {
+        let key = match version {
+            Version::V1 => "total_inactive_file",
+            Version::V2 => "inactive_file",
+        };
+        let path = dir.join("memory.stat");
+        let Some(text) = self.required(&path) else {
+            return 0;
+        };
+        match parse_stat(&text, key) {
+            Ok(bytes) => bytes,
+            Err(why) => {
+                self.note(
+                    &path,
+                    format_args!("{why}; no page cache counted as reclaimable"),
+                );
+                0
+            }
         }
     }
 
@@ -437,6 +485,15 @@ fn parse_limit(version: Version, text: &str) -> Result<Option<u64>, String> {
     }
     let n = parse_count(text)?;
     Ok((version == Version::V2 || n < V1_UNLIMITED_FROM).then_some(n))
+}
+
+/// The value of `key` in a `memory.stat` text (`KEY VALUE` lines).
+fn parse_stat(text: &str, key: &str) -> Result<u64, String> {
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+        .ok_or_else(|| format!("no {key} line"))?;
+    parse_count(line).map_err(|why| format!("{key}: {why}"))
 }
 
 /// `MemAvailable` in bytes from `/proc/meminfo` text: the line must read
@@ -612,6 +669,7 @@ mod tests {
                 self.put(&format!("{d}/memory.high"), &format!("{h}\n"));
             }
             self.put(&format!("{d}/memory.current"), &format!("{current}\n"));
+            self.stat(&d, "inactive_file", 0);
         }
 
         /// v1 files of cgroup `cg` (relative to the mount).
@@ -620,10 +678,20 @@ mod tests {
             self.put(&format!("{d}/memory.limit_in_bytes"), &format!("{limit}\n"));
             self.put(&format!("{d}/memory.usage_in_bytes"), &format!("{usage}\n"));
             self.put(&format!("{d}/memory.use_hierarchy"), "1\n");
+            self.stat(&d, "total_inactive_file", 0);
+        }
+
+        /// `memory.stat` of cgroup `dir` (relative to the tree) with
+        /// `key` at `bytes`, among the other lines a kernel writes.
+        fn stat(&self, dir: &str, key: &str, bytes: u64) {
+            self.put(
+                &format!("{dir}/memory.stat"),
+                &format!("cache 1\nrss 2\nactive_file 3\n{key} {bytes}\nunevictable 0\n"),
+            );
         }
 
         fn read(&self) -> BudgetReading {
-            read_budget_in(self.dir.path())
+            read_budget_in(self.dir.path(), 0)
         }
     }
 
@@ -746,6 +814,91 @@ mod tests {
             "cgroup v1 /NAME memory.limit_in_bytes"
         );
         assert!(unread.is_empty(), "{unread:?}");
+    }
+
+    #[test]
+    fn reclaimable_page_cache_counts_as_available_in_v1_and_v2() {
+        // Issue 54's case: a 1 GiB cgroup after `cat` of a 700 MB file,
+        // all of it on the inactive list.
+        let t = Tree::new();
+        t.meminfo(8 * GIB);
+        t.v1("/NAME", "/");
+        t.v1_files("NAME", &GIB.to_string(), 856 * MIB);
+        t.stat(
+            "sys/fs/cgroup/memory/NAME",
+            "total_inactive_file",
+            700 * MIB,
+        );
+        let r = t.read();
+        let (b, unread) = limited(&r);
+        assert_eq!(b.bytes, GIB - 156 * MIB);
+        let counted = b.counted.unwrap();
+        assert_eq!(
+            (counted.limit, counted.usage, counted.reclaimable),
+            (GIB, 856 * MIB, 700 * MIB)
+        );
+        assert!(unread.is_empty(), "{unread:?}");
+
+        // v2 names the (always hierarchical) figure inactive_file.
+        let t = Tree::new();
+        t.meminfo(8 * GIB);
+        t.v2("/app");
+        t.v2_files("app", &GIB.to_string(), None, 900 * MIB);
+        t.stat("sys/fs/cgroup/app", "inactive_file", 600 * MIB);
+        let r = t.read();
+        assert_eq!(limited(&r).0.bytes, GIB - 300 * MIB);
+    }
+
+    #[test]
+    fn the_models_own_cached_pages_count_as_its_not_as_used() {
+        // The model's 400 MiB warm (a restart), on the active list: its
+        // budget is the cold start's.
+        let t = Tree::new();
+        t.meminfo(8 * GIB);
+        t.v1("/NAME", "/");
+        t.v1_files("NAME", &GIB.to_string(), 450 * MIB);
+        t.stat("sys/fs/cgroup/memory/NAME", "total_inactive_file", 10 * MIB);
+        let warm = read_budget_in(t.dir.path(), 400 * MIB);
+        assert_eq!(limited(&warm).0.bytes, GIB - 50 * MIB);
+        assert_eq!(limited(&warm).0.counted.unwrap().own_cached, 400 * MIB);
+        // On the inactive list they are not counted twice.
+        t.stat(
+            "sys/fs/cgroup/memory/NAME",
+            "total_inactive_file",
+            420 * MIB,
+        );
+        let warm = read_budget_in(t.dir.path(), 400 * MIB);
+        assert_eq!(limited(&warm).0.bytes, GIB - 30 * MIB);
+        // Never more than the usage.
+        let warm = read_budget_in(t.dir.path(), 4 * GIB);
+        assert_eq!(limited(&warm).0.bytes, GIB);
+        // MemAvailable counts cached pages as available already.
+        let t = Tree::new();
+        t.meminfo(GIB);
+        t.put("proc/self/cgroup", "0::/\n");
+        t.put("proc/self/mountinfo", V2_MOUNTS);
+        let r = read_budget_in(t.dir.path(), 400 * MIB);
+        assert_eq!(limited(&r).0.bytes, GIB);
+    }
+
+    #[test]
+    fn an_unreadable_memory_stat_counts_nothing_reclaimable_and_says_so() {
+        for stat in [None, Some("cache 1\n"), Some("total_inactive_file x\n")] {
+            let t = Tree::new();
+            t.meminfo(8 * GIB);
+            t.v1("/NAME", "/");
+            t.v1_files("NAME", &GIB.to_string(), 856 * MIB);
+            let path = "sys/fs/cgroup/memory/NAME/memory.stat";
+            match stat {
+                Some(text) => t.put(path, text),
+                None => std::fs::remove_file(t.dir.path().join(path)).unwrap(),
+            }
+            let r = t.read();
+            let (b, unread) = limited(&r);
+            assert_eq!(b.bytes, 168 * MIB, "{stat:?}");
+            assert_eq!(unread.len(), 1, "{unread:?}");
+            assert!(unread[0].contains("memory.stat"), "{unread:?}");
+        }
     }
 
     #[test]

@@ -16,17 +16,23 @@
 //! [`Residency`] decides. Where every weight is resident, a queued read
 //! finds its pages cached and does no I/O.
 
-use std::collections::HashSet;
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use super::plan::{merge, read_only_as_announced};
 use super::residency::{exceeds_budget, Range, Residency};
 use crate::os::Mapping;
 
+/// At most this many announcements wait for the thread. A runtime that
+/// announces faster than the device reads has moved on from the oldest:
+/// they are dropped first, so that what is queued, and what dropping the
+/// weights waits for, is bounded whatever the call rate.
+const QUEUE_LIMIT: usize = 64;
+
 /// What one announcement reads of one mapping: offsets into it, as the
 /// tensors' file ranges.
+#[derive(Debug)]
 pub(crate) struct Announced {
     /// The mapping.
     pub(crate) map: Arc<Mapping>,
@@ -37,10 +43,26 @@ pub(crate) struct Announced {
     pub(crate) experts: Vec<(Range, Vec<Range>)>,
 }
 
+impl Announced {
+    /// Whether `other` reads the same ranges of the same mapping: queued
+    /// twice, the second would find the first's reads queued already.
+    fn same_reads(&self, other: &Announced) -> bool {
+        Arc::ptr_eq(&self.map, &other.map)
+            && self.whole == other.whole
+            && self.experts == other.experts
+    }
+}
+
 /// The thread that reads announced ranges ahead, and keeps the resident set
-/// of expert slices ([`Residency`]), started by the first announcement;
-/// stopped and joined on drop, after the reads already queued to it (each a
-/// `WILLNEED`, which waits for no read).
+/// of expert slices ([`Residency`]), started by the first announcement in
+/// a process; on drop, what is still queued is abandoned and the thread is
+/// joined once it has finished the announcement in hand (its `WILLNEED`s
+/// wait for no read).
+///
+/// After `fork`, the child has the parent's announcer but not its thread:
+/// the first announcement in the child starts the child's own (`Started`
+/// remembers the process it was started in), and dropping the weights in
+/// the child leaves the parent's alone.
 #[derive(Debug)]
 pub(crate) struct Announcer {
     /// The memory budget of the weights' load.
@@ -75,8 +97,75 @@ struct Reads {
 
 #[derive(Debug)]
 struct Started {
-    to_thread: Option<Sender<Announced>>,
+    /// The process the thread was started in.
+    pid: u32,
+    /// The way to the thread; `None` when it could not start.
+    queue: Option<Arc<Queue>>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// The announcements waiting for the thread.
+#[derive(Debug, Default)]
+struct Queue {
+    waiting: Mutex<Waiting>,
+    /// Signalled when an announcement is queued or the queue closes.
+    changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Waiting {
+    announced: VecDeque<Announced>,
+    /// Set on drop: the thread stops at its next look.
+    closed: bool,
+}
+
+impl Queue {
+    /// Queue `a`, unless the same reads wait already; at the limit, the
+    /// oldest waiting is dropped for it.
+    fn push(&self, a: Announced) {
+        let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        if w.announced.iter().any(|q| q.same_reads(&a)) {
+            return;
+        }
+        if w.announced.len() == QUEUE_LIMIT {
+            w.announced.pop_front();
+        }
+        w.announced.push_back(a);
+        drop(w);
+        self.changed.notify_one();
+    }
+
+    /// The next announcement, waiting for one; `None` once closed.
+    fn pop(&self) -> Option<Announced> {
+        let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if w.closed {
+                return None;
+            }
+            if let Some(a) = w.announced.pop_front() {
+                return Some(a);
+            }
+            w = self.changed.wait(w).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Abandon what waits and stop the thread.
+    fn close(&self) {
+        let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        w.closed = true;
+        w.announced.clear();
+        drop(w);
+        self.changed.notify_all();
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .announced
+            .len()
+    }
 }
 
 impl Announcer {
@@ -114,7 +203,11 @@ impl Announcer {
             let mut seen = read_once.lock().unwrap_or_else(|e| e.into_inner());
             for a in &mut announced {
                 let base = a.map.addr();
-                let mut first = |r: &Range| seen.insert((base + r.0, base + r.1));
+                // Read again where memory pressure has taken it since.
+                let mut first = |r: &Range| {
+                    let at = (base + r.0, base + r.1);
+                    seen.insert(at) || !last_page_resident(&a.map, r)
+                };
                 a.whole.retain(&mut first);
                 a.experts.retain_mut(|(_, slices)| {
                     slices.retain(&mut first);
@@ -130,21 +223,39 @@ impl Announcer {
             self.queue_slices_here(&announced);
         }
         let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
+        if started.as_ref().is_some_and(Started::is_parents) {
+            // A child after fork: the thread is the parent's. Its handle
+            // and queue are left as they are (the parent's thread may have
+            // held the queue's lock as it forked); the child starts its own.
+            std::mem::forget(started.take());
+        }
         let residency = || Residency::new(self.budget, self.mapped);
         let reads = self.thread_reads();
         let started = started.get_or_insert_with(|| Started::spawn(residency(), reads));
-        let mut announced = announced.into_iter();
-        if let Some(tx) = &started.to_thread {
-            for a in announced.by_ref() {
-                if let Err(unsent) = tx.send(a) {
-                    // The thread is gone (it never panics, but if it did):
-                    // this and the rest are read ahead here.
-                    read_ahead(&unsent.0, reads);
-                    break;
-                }
-            }
+        match &started.queue {
+            Some(queue) => announced.into_iter().for_each(|a| queue.push(a)),
+            None => announced.iter().for_each(|a| read_ahead(a, reads)),
         }
-        announced.for_each(|a| read_ahead(&a, reads));
+    }
+
+    /// Forget that `[start, end)` of `map` was read, so that the next
+    /// announcement there reads it again: its pages were released.
+    pub(crate) fn forget_read(&self, map: &crate::os::Mapping, start: usize, end: usize) {
+        if let Some(read_once) = &self.read_once {
+            let (start, end) = (map.addr() + start, map.addr() + end);
+            let mut seen = read_once.lock().unwrap_or_else(|e| e.into_inner());
+            seen.retain(|r| r.1 <= start || r.0 >= end);
+        }
+    }
+
+    /// How many announcements wait for the thread.
+    #[cfg(test)]
+    fn queued(&self) -> usize {
+        let started = self.started.lock().unwrap_or_else(|e| e.into_inner());
+        started
+            .as_ref()
+            .and_then(|s| s.queue.as_ref())
+            .map_or(0, |q| q.len())
     }
 
     /// Over the budget, queue the reads of the announced expert slices here,
@@ -186,33 +297,57 @@ impl Announcer {
 
 impl Started {
     fn spawn(residency: Residency, reads: Reads) -> Started {
-        let (tx, rx) = channel::<Announced>();
+        let queue = Arc::new(Queue::default());
+        let theirs = Arc::clone(&queue);
         let spawned = std::thread::Builder::new()
             .name("weightmap-announced".into())
             .stack_size(256 << 10)
-            .spawn(move || serve(rx, residency, reads));
-        match spawned {
-            Ok(thread) => Started {
-                to_thread: Some(tx),
-                thread: Some(thread),
-            },
-            Err(_) => Started {
-                to_thread: None,
-                thread: None,
-            },
+            .spawn(move || serve(&theirs, residency, reads));
+        let (queue, thread) = match spawned {
+            Ok(thread) => (Some(queue), Some(thread)),
+            Err(_) => (None, None),
+        };
+        Started {
+            pid: std::process::id(),
+            queue,
+            thread,
         }
+    }
+
+    /// Whether this was started in another process: this is a child after
+    /// fork, where the thread does not exist.
+    fn is_parents(&self) -> bool {
+        self.pid != std::process::id()
     }
 }
 
 impl Drop for Started {
     fn drop(&mut self) {
-        // Closing the channel ends the thread's loop once it has queued
-        // what it holds.
-        drop(self.to_thread.take());
+        if self.is_parents() {
+            // Joining a thread of the parent would fail (and panic inside
+            // std); its queue may be locked for good. Both are left.
+            std::mem::forget(self.thread.take());
+            std::mem::forget(self.queue.take());
+            return;
+        }
+        if let Some(queue) = &self.queue {
+            queue.close();
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
+}
+
+/// Whether the last page of `r` in `map` is in memory: where it is not,
+/// what was read once has been taken since (reclaim takes a range read
+/// together from its oldest pages, so the last goes last). Unknown counts
+/// as resident.
+fn last_page_resident(map: &crate::os::Mapping, r: &Range) -> bool {
+    let page = crate::os::page_size();
+    let start = r.1.saturating_sub(1) / page * page;
+    map.residency(start.max(r.0), r.1)
+        .map_or(true, |res| res.resident_pages == res.total_pages)
 }
 
 /// The thread's loop: for each announcement, the announced ranges of
@@ -220,8 +355,8 @@ impl Drop for Started {
 /// the slices the residency lets go are released. The reads come first
 /// because the runtime is about to compute on them: a page it reaches
 /// before its read is queued costs a fault that reads that page alone.
-fn serve(rx: Receiver<Announced>, mut residency: Residency, reads: Reads) {
-    for a in rx {
+fn serve(queue: &Queue, mut residency: Residency, reads: Reads) {
+    while let Some(a) = queue.pop() {
         // The residency keys ranges by address, so that the files of a
         // model in several tell theirs apart.
         let base = a.map.addr();
@@ -312,6 +447,80 @@ mod tests {
         // Joined: the thread has read ahead what it was sent and let go.
         assert_eq!(Arc::strong_count(&map), 1);
         assert_eq!(map.bytes()[5 << 20], 3);
+    }
+
+    /// A mapping of `mib` MiB of a temporary file.
+    fn mapping(mib: usize) -> (tempfile::NamedTempFile, Arc<Mapping>) {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(&vec![3u8; mib << 20]).unwrap();
+        // SAFETY: the temporary file is not changed while mapped.
+        let map = Arc::new(unsafe { Mapping::map(f.as_file()) }.unwrap());
+        (f, map)
+    }
+
+    fn whole(map: &Arc<Mapping>, range: Range) -> Vec<Announced> {
+        vec![Announced {
+            map: Arc::clone(map),
+            whole: vec![range],
+            experts: Vec::new(),
+        }]
+    }
+
+    #[test]
+    fn what_waits_is_bounded_and_repeats_coalesce() {
+        let (_f, map) = mapping(8);
+        // Over the budget: nothing is skipped as read once, everything
+        // goes to the thread.
+        let announcer = Announcer::new(Some(70 << 20), 8 << 20, false);
+        // Issue 54: each of these was queued, and dropping the weights
+        // then re-advised the range once for each.
+        for _ in 0..100_000 {
+            announcer.announce(whole(&map, (0, 4 << 20)));
+        }
+        assert!(announcer.queued() <= 1, "{}", announcer.queued());
+        for i in 0..10_000 {
+            let at = (i * 4096) % (8 << 20);
+            announcer.announce(whole(&map, (at, at + 4096)));
+        }
+        assert!(announcer.queued() <= QUEUE_LIMIT, "{}", announcer.queued());
+        // Dropped, what waits is abandoned: the mapping is let go.
+        drop(announcer);
+        assert_eq!(Arc::strong_count(&map), 1);
+    }
+
+    #[test]
+    fn a_child_after_fork_starts_its_own_thread_and_leaves_the_parents() {
+        let (_f, map) = mapping(1);
+        let announcer = Announcer::new(Some(70 << 20), 1 << 20, false);
+        announcer.announce(whole(&map, (0, 4096)));
+        // As a child after fork sees it: started in another process.
+        let parents = {
+            let mut started = announcer.started.lock().unwrap();
+            let s = started.as_mut().unwrap();
+            s.pid = s.pid.wrapping_add(1);
+            s.thread.as_ref().unwrap().thread().id()
+        };
+        announcer.announce(whole(&map, (4096, 8192)));
+        let started = announcer.started.lock().unwrap();
+        let s = started.as_ref().unwrap();
+        assert_eq!(s.pid, std::process::id());
+        assert_ne!(s.thread.as_ref().unwrap().thread().id(), parents);
+        drop(started);
+        // Dropped without joining the "parent's" thread, which still waits
+        // for announcements in this test's process.
+        drop(announcer);
+    }
+
+    #[test]
+    fn a_released_range_is_read_again_where_the_weights_fit() {
+        let (_f, map) = mapping(1);
+        let announcer = Announcer::new(Some(1 << 40), 1 << 20, false);
+        let seen = |a: &Announcer| a.read_once.as_ref().unwrap().lock().unwrap().len();
+        announcer.announce(whole(&map, (0, 4096)));
+        announcer.announce(whole(&map, (8192, 12288)));
+        assert_eq!(seen(&announcer), 2);
+        announcer.forget_read(&map, 0, 8192);
+        assert_eq!(seen(&announcer), 1);
     }
 
     #[test]

@@ -516,6 +516,11 @@ fn report_json(a: &Args, r: &LoadReport, m: &Measured) -> String {
     });
     // Beside the rest (one more key in `json!` passes its recursion limit).
     o["streamed_tensors"] = json!(r.streamed_tensors);
+    // What a cgroup's budget counted (null for other figures).
+    o["budget_limit"] = json!(r.budget.limit);
+    o["budget_usage"] = json!(r.budget.usage);
+    o["budget_reclaimable"] = json!(r.budget.reclaimable);
+    o["budget_own_cached"] = json!(r.budget.own_cached);
     // Only with --hashes: without it the key is absent, not empty.
     if a.hashes {
         o["tensors"] = m
@@ -666,7 +671,23 @@ fn files_text(r: &LoadReport) -> String {
 /// The memory budget and where it came from, for people.
 fn budget_text(r: &LoadReport) -> String {
     match r.budget.bytes {
-        Some(b) => format!("{} ({})", super::human_bytes(b), r.budget.source),
+        Some(b) => {
+            let mut text = format!("{} ({})", super::human_bytes(b), r.budget.source);
+            let b = &r.budget;
+            if let (Some(limit), Some(usage), Some(reclaimable), Some(own)) =
+                (b.limit, b.usage, b.reclaimable, b.own_cached)
+            {
+                let h = super::human_bytes;
+                text += &format!(
+                    ": limit {}, usage {}, of it reclaimable {} and the model's own {}",
+                    h(limit),
+                    h(usage),
+                    h(reclaimable),
+                    h(own)
+                );
+            }
+            text
+        }
         None => r.budget.source.clone(),
     }
 }

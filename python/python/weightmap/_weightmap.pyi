@@ -49,6 +49,9 @@ class Weights:
         """format, mode_requested, mode_used, fallback, fallback_detail,
         tensors_count, tensors_mapped, tensors_copied, bytes_mapped,
         bytes_copied, file_len, shards, budget_bytes, budget_source,
+        budget_limit, budget_usage, budget_reclaimable, budget_own_cached
+        (a cgroup's figure: its limit, usage, inactive file pages and the
+        model's own cached bytes; None for other figures),
         reread_small_folios ("off", "on", or "refused: <why>"), residency
         ("fits: ...", "stream experts: ..." or "stream all: ...": what stays
         resident when the weights exceed the memory budget)."""

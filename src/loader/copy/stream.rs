@@ -137,7 +137,10 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
     }
     // Before any buffer is allocated: the copies held in host memory must
     // fit the budget, or the load is refused rather than OOM-killed.
-    let budget = crate::loader::budget::current(opts);
+    let own_cached = file
+        .as_ref()
+        .map_or(0, |f| crate::loader::budget::cached_bytes(f, host));
+    let budget = crate::loader::budget::current(opts, own_cached);
     crate::loader::budget::check(host, "the stream path's copy of the tensors", &budget, opts)?;
     let progress = Progress::new(opts.progress.clone(), total);
     let threads = opts.threads();

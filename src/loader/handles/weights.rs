@@ -672,7 +672,10 @@ impl Weights {
     }
 
     fn release_in(&self, map: &Mapping, r: std::ops::Range<u64>) -> Result<()> {
-        map.release(clamp(r.start), clamp(r.end))
+        let (start, end) = (clamp(r.start), clamp(r.end));
+        // An announcement after this reads the range again.
+        self.announcer.forget_read(map, start, end);
+        map.release(start, end)
             .map_err(|e| Error::io("madvise", self.path(), e))
     }
 

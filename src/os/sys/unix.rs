@@ -1087,9 +1087,14 @@ pub(crate) fn try_lock(file: &File) -> io::Result<bool> {
 
 /// The memory budget: Linux and Android read `/proc` and the memory
 /// cgroups; macOS the host's VM statistics; iOS `os_proc_available_memory`.
-pub(crate) fn read_budget() -> BudgetReading {
+/// `own_cached`: the model's bytes in the page cache, which a cgroup's
+/// figure counts as the model's rather than as used (the others count
+/// cached pages as available already).
+pub(crate) fn read_budget(own_cached: u64) -> BudgetReading {
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    return super::cgroup::read_budget_in(Path::new("/"));
+    return super::cgroup::read_budget_in(Path::new("/"), own_cached);
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = own_cached;
     #[cfg(target_os = "macos")]
     return apple::host_vm_budget();
     #[cfg(any(target_os = "ios", target_os = "tvos", target_os = "visionos"))]
@@ -1138,6 +1143,7 @@ mod apple {
             vec![Budget {
                 bytes: pages.saturating_mul(super::page_size() as u64),
                 source: Source::HostVmStatistics,
+                counted: None,
             }],
             Vec::new(),
         )
@@ -1163,6 +1169,7 @@ mod apple {
             vec![Budget {
                 bytes: bytes as u64,
                 source: Source::ProcAvailableMemory,
+                counted: None,
             }],
             Vec::new(),
         )

@@ -571,8 +571,9 @@ pub(crate) fn try_lock(_file: &File) -> io::Result<bool> {
 }
 
 /// The least of the available physical memory and, in a job, its memory
-/// limits less what is committed.
-pub(crate) fn read_budget() -> BudgetReading {
+/// limits less what is committed. The available memory counts the
+/// standby list (cached pages) already, so `_own_cached` changes nothing.
+pub(crate) fn read_budget(_own_cached: u64) -> BudgetReading {
     let mut found = Vec::new();
     let mut unread = Vec::new();
     // SAFETY: an all-zero MEMORYSTATUSEX is valid; dwLength is set below.
@@ -597,6 +598,7 @@ pub(crate) fn read_budget() -> BudgetReading {
         found.push(Budget {
             bytes: status.ullAvailPhys,
             source: Source::AvailablePhysical,
+            counted: None,
         });
     }
     job_limits(&mut found, &mut unread);
@@ -631,6 +633,7 @@ fn job_limits(found: &mut Vec<Budget>, unread: &mut Vec<String>) {
                 source: Source::JobObject {
                     limit: "ProcessMemoryLimit",
                 },
+                counted: None,
             }),
             Err(e) => unread.push(format!("GetProcessMemoryInfo: {e}")),
         }
@@ -644,6 +647,7 @@ fn job_limits(found: &mut Vec<Budget>, unread: &mut Vec<String>) {
                 source: Source::JobObject {
                     limit: "JobMemoryLimit",
                 },
+                counted: None,
             }),
             Err(e) => unread.push(format!("QueryInformationJobObject(job memory): {e}")),
         }
