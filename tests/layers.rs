@@ -34,7 +34,7 @@ const FOLDER_LAYERS: &[(&str, &[&[&str]])] = &[
             // The floor: what a load is asked, what it did, and the facts
             // both paths start from.
             &[
-                "budget", "headers", "loaded", "options", "report", "shards", "source",
+                "budget", "headers", "loaded", "mode", "options", "report", "shards", "source",
             ],
             // The wings: the copying paths, the mapped path (which copies
             // what it cannot view in place), the handles a caller holds.

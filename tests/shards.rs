@@ -336,3 +336,64 @@ fn sharded_safetensors_errors_name_the_file() {
         w.report().warnings
     );
 }
+
+/// A model of `layers` dense F32 tensors of `mib` MiB each (`blk.N.attn_q`,
+/// values varying by layer), written as one file at `dir/one.gguf` and as a
+/// split of one layer a shard (`dir/split-0000N-of-0000K.gguf`); the
+/// split's first shard.
+fn dense_one_and_split(dir: &Path, layers: u16, mib: usize) -> (PathBuf, PathBuf) {
+    let tensor = |l: u16| -> (String, Vec<u8>) {
+        let name = format!("blk.{l}.attn_q.weight");
+        (name, vec![l as u8 + 1; mib << 20])
+    };
+    let mut one = Writer::new(32);
+    one.kv_str("general.architecture", "llama");
+    for l in 0..layers {
+        let (name, bytes) = tensor(l);
+        one.tensor(&name, TensorType::F32, &[(mib << 18) as u64], bytes);
+    }
+    let one_path = dir.join("one.gguf");
+    one.write_with(std::fs::File::create(&one_path).unwrap(), |_, _| {})
+        .unwrap();
+    for l in 0..layers {
+        let mut w = Writer::new(32);
+        if l == 0 {
+            w.kv_str("general.architecture", "llama");
+        }
+        for (k, v) in split_keys(l, layers, i32::from(layers)) {
+            w.kv(k, v);
+        }
+        let (name, bytes) = tensor(l);
+        w.tensor(&name, TensorType::F32, &[(mib << 18) as u64], bytes);
+        let path = dir.join(format!("split-{:05}-of-{layers:05}.gguf", l + 1));
+        w.write_with(std::fs::File::create(&path).unwrap(), |_, _| {})
+            .unwrap();
+    }
+    (
+        one_path,
+        dir.join(format!("split-00001-of-{layers:05}.gguf")),
+    )
+}
+
+#[test]
+fn a_split_model_plans_as_the_same_model_in_one_file() {
+    // Issue 54: two 100 MiB tensors under a 200 MiB budget. In one file the
+    // larger streams until the rest fits beside the runtime's reserve; as
+    // two shards, each shard's plan saw the whole budget and streamed
+    // nothing, and the model read 1.7 times the bytes a pass.
+    let dir = tempfile::tempdir().unwrap();
+    let (one, split) = dense_one_and_split(dir.path(), 2, 100);
+    let opts = LoadOptions::default()
+        .budget(200 << 20)
+        .prefetch(weightmap::Prefetch::None);
+    // SAFETY: the test's own files, unchanged while mapped.
+    let one = unsafe { Weights::load(&one, &opts) }.unwrap();
+    // SAFETY: as above.
+    let split = unsafe { Weights::load(&split, &opts) }.unwrap();
+    let (a, b) = (one.report(), split.report());
+    assert_eq!(b.shards.len(), 2);
+    assert!(!a.streamed_tensors.is_empty(), "{:?}", a.residency);
+    assert_eq!(b.streamed_tensors, a.streamed_tensors);
+    assert_eq!(b.residency, a.residency);
+    assert_eq!(b.budget, a.budget);
+}

@@ -51,7 +51,12 @@ pub(crate) fn cached_bytes(file: &File, len: u64) -> u64 {
 /// cgroup's usage moves as the prefetch fills the page cache; what it
 /// reads lands on the inactive list, counted as reclaimable).
 pub(crate) fn read_once(opts: &LoadOptions, own_cached: u64) -> (Budget, MemReader) {
-    (current(opts, own_cached), reader(opts, own_cached))
+    let budget = match &opts.shard_of_model {
+        // One file of several: the model's, read once for all.
+        Some(model) => model.budget.clone(),
+        None => current(opts, own_cached),
+    };
+    (budget, reader(opts, own_cached))
 }
 
 fn reader(opts: &LoadOptions, own_cached: u64) -> MemReader {

@@ -13,7 +13,7 @@ use crate::page_plan::plan::plan_residency;
 use crate::page_plan::prefetch::Prefetcher;
 use crate::page_plan::{PrefetchDecision, Reread};
 
-use super::options::LoadMode;
+use super::mode::LoadMode;
 use super::report::{Budget, BufferReport, CopiedTensor, LoadReport, PlacementKind, ReadReport};
 
 /// Where one tensor ended up: a buffer (index into the load's buffers) and

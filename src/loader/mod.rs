@@ -49,6 +49,7 @@ mod handles;
 mod headers;
 mod loaded;
 mod mapped;
+mod mode;
 mod options;
 mod report;
 mod shards;
@@ -58,7 +59,8 @@ pub use handles::{
     BorrowedWeights, MappedWeights, Need, OwnedTensor, Pass, Scope, Tensor, TensorRef, Weights,
 };
 pub use headers::ModelHeaders;
-pub use options::{DirectIo, LoadMode, LoadOptions, Route};
+pub use mode::LoadMode;
+pub use options::{DirectIo, LoadOptions, Route};
 pub use report::{
     Budget, BufferReport, CopiedTensor, CopyReason, DirectOutcome, HugePages, LoadReport,
     PlacementKind, ReadReport, ShardReport,

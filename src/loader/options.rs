@@ -7,25 +7,8 @@ use crate::buffer::{BufferType, CpuBufferType};
 use crate::page_plan::{AdvicePolicy, Prefetch, ProgressFn};
 use crate::tensor::TensorInfo;
 
-/// Which load path to take.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum LoadMode {
-    /// Map the file read-only and point tensors at it (the default).
-    #[default]
-    Mmap,
-    /// Read the tensors into owned buffers.
-    Stream,
-}
-
-impl LoadMode {
-    /// `"mmap"` or `"stream"`.
-    pub fn name(self) -> &'static str {
-        match self {
-            LoadMode::Mmap => "mmap",
-            LoadMode::Stream => "stream",
-        }
-    }
-}
+use super::mode::LoadMode;
+use super::report::Budget;
 
 /// A per-tensor routing rule: `Some(buffer type)` sends the tensor to a
 /// buffer of that type, `None` to the default ([`LoadOptions::buffer_type`],
@@ -105,6 +88,22 @@ pub struct LoadOptions {
     /// Re-read the mapped region the page cache held in small folios
     /// (default off).
     pub(crate) reread_small_folios: bool,
+    /// Set by the load of a model in several files for each of them: what
+    /// was decided for the model as a whole.
+    pub(crate) shard_of_model: Option<Arc<ShardOfModel>>,
+}
+
+/// What a load of a model in several files decides once, for the model,
+/// and hands each file's load: so that the files plan as the same model in
+/// one file would.
+#[derive(Debug)]
+pub(crate) struct ShardOfModel {
+    /// The budget, read once for the model (its own cached pages are every
+    /// file's).
+    pub(crate) budget: Budget,
+    /// This file's tensors read whole that stream, chosen among the whole
+    /// model's ([`streamed_across`](crate::page_plan::plan::streamed_across)).
+    pub(crate) streamed: Vec<usize>,
 }
 
 impl Default for LoadOptions {
@@ -125,6 +124,7 @@ impl Default for LoadOptions {
             budget: None,
             ignore_budget: false,
             reread_small_folios: false,
+            shard_of_model: None,
         }
     }
 }
@@ -147,6 +147,7 @@ impl fmt::Debug for LoadOptions {
             .field("budget", &self.budget)
             .field("ignore_budget", &self.ignore_budget)
             .field("reread_small_folios", &self.reread_small_folios)
+            .field("shard_of_model", &self.shard_of_model)
             .finish()
     }
 }

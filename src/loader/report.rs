@@ -8,7 +8,7 @@ use crate::page_plan::{PrefetchDecision, Reread, ResidencyPlan};
 
 use std::path::PathBuf;
 
-use super::options::LoadMode;
+use super::mode::LoadMode;
 
 /// Where a tensor's bytes are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

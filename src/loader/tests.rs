@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 
 use super::copy::read::FAIL_DIRECT;
 use super::mapped::{map_path_on, MapFail, BEFORE_PLACE, FAIL_MAP};
+use super::mode::LoadMode;
 use super::options::DirectIo;
-use super::options::{LoadMode, LoadOptions};
+use super::options::LoadOptions;
 use super::report::DirectOutcome;
 use super::Weights;
 use crate::error::{Error, FallbackReason, Result};

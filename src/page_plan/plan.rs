@@ -29,6 +29,10 @@ pub(crate) struct PlanOptions {
     /// [`LoadOptions::progress`](crate::LoadOptions::progress): told how a
     /// populate or a background prefetch goes, and may cancel it.
     pub(crate) progress: Option<ProgressFn>,
+    /// For one file of a model in several, the tensors read whole that
+    /// stream, chosen for the whole model ([`streamed_across`]); `None`:
+    /// chosen here, for this file alone.
+    pub(crate) streamed: Option<Vec<usize>>,
 }
 
 /// The page-size decisions of one mapped load.
@@ -97,12 +101,18 @@ impl PagePlan {
                 false => (w + t.nbytes, e),
             }
         });
-        let streamed = match asked.advice {
-            AdvicePolicy::PerTensor => {
+        let streamed = match (asked.advice, &asked.streamed) {
+            (AdvicePolicy::Uniform(_), _) => Vec::new(),
+            (AdvicePolicy::PerTensor, Some(chosen)) => {
+                let mapped: Vec<usize> = mapped.clone().collect();
+                let mut kept = chosen.clone();
+                kept.retain(|i| mapped.contains(i));
+                kept
+            }
+            (AdvicePolicy::PerTensor, None) => {
                 let whole = whole_and_expert_bytes.0;
                 streamed_whole(header, mapped.clone(), &random_access, budget, whole)
             }
-            AdvicePolicy::Uniform(_) => Vec::new(),
         };
         for &i in &streamed {
             let r = tensors.file_range(i);
@@ -178,23 +188,63 @@ pub(crate) fn streamed_whole(
     whole: u64,
 ) -> Vec<usize> {
     let room = expert_capacity(budget, 0);
+    // Asked first: most models fit, and a million tensors' candidates are
+    // then never listed.
     if whole <= room {
         return Vec::new();
     }
     let tensors = header.tensors();
-    let mut by_size: Vec<(u64, usize)> = mapped
+    let candidates = mapped
         .filter(|&i| lookups.binary_search(&i).is_err() && !is_expert_tensor(&tensors.at(i)))
         .map(|i| (tensors.at(i).nbytes, i))
         .collect();
-    let mut left: u64 = by_size.iter().map(|w| w.0).sum();
-    by_size.sort_unstable_by(|a, b| b.cmp(a));
+    largest_until_the_rest_fits(candidates, room)
+}
+
+/// [`streamed_whole`] for a model in several files (`headers`, in shard
+/// order, every tensor mapped): the choice made among the whole model's
+/// tensors, as for the same model in one file, and told file by file. Each
+/// file's own plan would see the whole budget and stream none of them.
+pub(crate) fn streamed_across(headers: &[&Header], budget: Option<u64>) -> Vec<Vec<usize>> {
+    let mut each = vec![Vec::new(); headers.len()];
+    let room = expert_capacity(budget, 0);
+    let read_whole = |t: &crate::tensor::TensorInfo<'_>| !is_expert_tensor(t);
+    let whole = headers
+        .iter()
+        .flat_map(|h| h.tensors().iter().filter(read_whole).map(|t| t.nbytes))
+        .fold(0u64, u64::saturating_add);
+    if whole <= room {
+        return each;
+    }
+    let mut candidates = Vec::new();
+    for (k, header) in headers.iter().enumerate() {
+        let tensors = header.tensors();
+        let names = || tensors.iter().map(|t| t.name);
+        for i in 0..tensors.len() {
+            let t = tensors.at(i);
+            if read_whole(&t) && !is_row_lookup(t.name, names()) {
+                candidates.push((t.nbytes, (k, i)));
+            }
+        }
+    }
+    for (k, i) in largest_until_the_rest_fits(candidates, room) {
+        each[k].push(i);
+    }
+    each
+}
+
+/// Of `candidates` (bytes, key) that do not all fit in `room`: the largest
+/// first until the rest fits; sorted by key.
+fn largest_until_the_rest_fits<K: Ord + Copy>(mut candidates: Vec<(u64, K)>, room: u64) -> Vec<K> {
+    let mut left: u64 = candidates.iter().map(|c| c.0).sum();
+    candidates.sort_unstable_by(|a, b| b.cmp(a));
     let mut streamed = Vec::new();
-    for (bytes, i) in by_size {
+    for (bytes, key) in candidates {
         if left <= room {
             break;
         }
         left -= bytes;
-        streamed.push(i);
+        streamed.push(key);
     }
     streamed.sort_unstable();
     streamed
@@ -585,6 +635,7 @@ mod tests {
     fn a_reread_acts_only_after_a_prefetch_that_maps_the_region_in_huge_pages() {
         let asked = PlanOptions {
             advice: AdvicePolicy::PerTensor,
+            streamed: None,
             prefetch: Prefetch::DEFAULT,
             reread: true,
             progress: None,
@@ -614,6 +665,7 @@ mod tests {
         );
         let uniform = PlanOptions {
             advice: AdvicePolicy::Uniform(AccessAdvice::Normal),
+            streamed: None,
             ..asked
         };
         assert_eq!(

@@ -10,17 +10,18 @@ use crate::format::{Format, Header};
 use crate::gguf::Metadata;
 use crate::os::{AccessAdvice, Mapping, Residency};
 use crate::page_plan::announce::Announcer;
-use crate::page_plan::plan::{plan_residency, shard_prefetch};
+use crate::page_plan::plan::{plan_residency, shard_prefetch, streamed_across};
 use crate::page_plan::prefetch::Prefetcher;
 use crate::page_plan::{PrefetchProgress, PrefetchState, ResidencyPlan};
 use crate::tensor::TensorInfo;
 
 use super::tensor_ref::TensorRef;
-use crate::loader::budget::CopyRule;
+use crate::loader::budget::{self, CopyRule};
 use crate::loader::copy::stream::stream_source;
 use crate::loader::loaded::Loaded;
 use crate::loader::mapped::{map_any, MapFail};
-use crate::loader::options::{LoadMode, LoadOptions};
+use crate::loader::mode::LoadMode;
+use crate::loader::options::{LoadOptions, ShardOfModel};
 use crate::loader::report::{HugePages, LoadReport, PlacementKind, ShardReport};
 use crate::loader::shards;
 use crate::loader::source::Source;
@@ -268,12 +269,29 @@ impl Weights {
                     .saturating_sub(h.header.tensor_region().0)
             })
             .sum();
+        // One budget and one choice of what streams, for the model: each
+        // file's own would see the whole budget.
+        let own_cached = headers
+            .iter()
+            .filter_map(|h| {
+                let (s, e) = h.header.tensor_region();
+                let file = std::fs::File::open(&h.path).ok()?;
+                Some(budget::cached_bytes(&file, e - s))
+            })
+            .sum();
+        let budget = budget::current(options, own_cached);
+        let each: Vec<&Header> = headers.iter().map(|h| &h.header).collect();
+        let streamed = streamed_across(&each, budget.bytes);
         let mut parts = Vec::with_capacity(headers.len());
         let mut fallbacks = Vec::with_capacity(headers.len());
-        for h in &headers {
+        for (h, streamed) in headers.iter().zip(streamed) {
+            let mut opts = options.clone();
+            opts.shard_of_model = Some(Arc::new(ShardOfModel {
+                budget: budget.clone(),
+                streamed,
+            }));
             // Each shard's prefetch gets its share of the memory limit, so
             // that together they hold to it.
-            let mut opts = options.clone();
             let (s, e) = h.header.tensor_region();
             opts.prefetch = shard_prefetch(options.prefetch, e - s, total);
             // SAFETY: forwarded to the caller.

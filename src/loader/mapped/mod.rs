@@ -120,6 +120,7 @@ unsafe fn map_source(
         prefetch: opts.prefetch,
         reread: opts.reread_small_folios,
         progress: opts.progress.clone(),
+        streamed: opts.shard_of_model.as_ref().map(|m| m.streamed.clone()),
     };
     let mapped = routes.mapped.iter().flat_map(|g| g.tensors.iter().copied());
     let plan = PagePlan::advise(&map, &header, mapped, asked, budget.bytes, budget_reader)?;
