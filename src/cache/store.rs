@@ -729,10 +729,14 @@ mod tests {
     pub(super) fn between_create_and_lock(dir: &PrivateDir) {
         if HOUSEKEEPER.replace(false) {
             let report = prune(dir, u64::MAX, None).unwrap();
+            // Where files are locked, the fill's is not yet: the
+            // housekeeper takes it. Where they are not (Windows), a file
+            // held open cannot be removed, and the housekeeper leaves it.
+            let expected = usize::from(crate::os::LOCKS);
             assert_eq!(
                 report.removed.len(),
-                1,
-                "the housekeeper found no unlocked file"
+                expected,
+                "the housekeeper did not find the fill's file as expected"
             );
         }
     }
