@@ -150,18 +150,28 @@ fn decisions(group: &Group, model: &Path, evict: bool) -> (String, Result<String
     (mapped["residency_kind"].to_string(), streamed)
 }
 
-#[test]
-fn a_full_page_cache_plans_as_a_cold_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let group = match Group::new(&format!("weightmap-budget-{}", std::process::id()), LIMIT) {
+/// A scratch directory holding the model, and a group `name` limited to
+/// `limit` bytes; `None`, with the reason printed, where no group can be
+/// made.
+fn setup(name: &str, limit: u64) -> Option<(tempfile::TempDir, Group, PathBuf)> {
+    let group = match Group::new(&format!("{name}-{}", std::process::id()), limit) {
         Ok(g) => g,
         Err(why) => {
             eprintln!("skipped: no memory cgroup can be made here ({why})");
-            return;
+            return None;
         }
     };
+    let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("model.gguf");
     write_model(&model);
+    Some((dir, group, model))
+}
+
+#[test]
+fn a_full_page_cache_plans_as_a_cold_start() {
+    let Some((dir, group, model)) = setup("weightmap-budget", LIMIT) else {
+        return;
+    };
     let unrelated = dir.path().join("unrelated.bin");
     fs::write(&unrelated, vec![7u8; UNRELATED as usize]).unwrap();
 
@@ -192,18 +202,10 @@ fn a_full_page_cache_plans_as_a_cold_start() {
 
 #[test]
 fn a_copy_larger_than_the_room_is_still_refused() {
-    let dir = tempfile::tempdir().unwrap();
     // Less than the model: no page cache given back makes room for it.
-    let name = format!("weightmap-refuse-{}", std::process::id());
-    let group = match Group::new(&name, 100 * MIB) {
-        Ok(g) => g,
-        Err(why) => {
-            eprintln!("skipped: no memory cgroup can be made here ({why})");
-            return;
-        }
+    let Some((dir, group, model)) = setup("weightmap-refuse", 100 * MIB) else {
+        return;
     };
-    let model = dir.path().join("model.gguf");
-    write_model(&model);
     let unrelated = dir.path().join("unrelated.bin");
     fs::write(&unrelated, vec![7u8; (80 * MIB) as usize]).unwrap();
     weightmap::evict(&unrelated).unwrap();

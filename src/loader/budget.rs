@@ -40,8 +40,13 @@ pub(crate) fn current(opts: &LoadOptions, own_cached: u64) -> Budget {
 }
 
 /// About how many of the `len` bytes of a model in `file` are in the page
-/// cache, by the sampled residency (0 where it cannot be told).
-pub(crate) fn cached_bytes(file: &File, len: u64) -> u64 {
+/// cache, by the sampled residency (0 where it cannot be told), for a
+/// reading of the system's budget; 0 without sampling where `opts` fix the
+/// budget, which then reads nothing.
+pub(crate) fn cached_bytes(opts: &LoadOptions, file: &File, len: u64) -> u64 {
+    if opts.budget.is_some() {
+        return 0;
+    }
     crate::os::residency_estimate_of(file).map_or(0, |r| (r.fraction() * len as f64) as u64)
 }
 

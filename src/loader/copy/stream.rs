@@ -139,7 +139,7 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
     // fit the budget, or the load is refused rather than OOM-killed.
     let own_cached = file
         .as_ref()
-        .map_or(0, |f| crate::loader::budget::cached_bytes(f, host));
+        .map_or(0, |f| crate::loader::budget::cached_bytes(opts, f, host));
     let budget = crate::loader::budget::current(opts, own_cached);
     crate::loader::budget::check(host, "the stream path's copy of the tensors", &budget, opts)?;
     let progress = Progress::new(opts.progress.clone(), total);

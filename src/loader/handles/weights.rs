@@ -276,7 +276,7 @@ impl Weights {
             .filter_map(|h| {
                 let (s, e) = h.header.tensor_region();
                 let file = std::fs::File::open(&h.path).ok()?;
-                Some(budget::cached_bytes(&file, e - s))
+                Some(budget::cached_bytes(options, &file, e - s))
             })
             .sum();
         let budget = budget::current(options, own_cached);

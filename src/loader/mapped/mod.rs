@@ -113,7 +113,7 @@ unsafe fn map_source(
     check_unchanged(src, &opened, path)?;
     let own_cached = opened
         .as_ref()
-        .map_or(0, |(f, _)| budget::cached_bytes(f, map.len() as u64));
+        .map_or(0, |(f, _)| budget::cached_bytes(opts, f, map.len() as u64));
     let (budget, budget_reader) = budget::read_once(opts, own_cached);
     let asked = PlanOptions {
         advice: opts.advice,
