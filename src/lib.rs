@@ -17,6 +17,7 @@ mod os;
 mod page_plan;
 pub mod quant;
 pub mod safetensors;
+mod size;
 mod tensor;
 mod types;
 

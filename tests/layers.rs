@@ -16,7 +16,7 @@ use std::path::Path;
 
 /// The layers, lowest first. A module may import its own layer or lower.
 const LAYERS: &[&[&str]] = &[
-    &["error", "types"],
+    &["error", "types", "size"],
     &["os", "alloc"],
     &["tensor", "gguf", "safetensors", "format"],
     &["buffer", "quant", "page_plan"],
@@ -64,6 +64,7 @@ const MOST_FILES_A_FOLDER: usize = 12;
 const LAYER0_MAY_IMPORT: &[(&str, &[&str], &str)] = &[
     ("types", &[], "nothing of the crate"),
     ("error", &["types"], "only `types`"),
+    ("size", &[], "nothing of the crate"),
 ];
 
 // ------------------------------------------------------------------ reading

@@ -532,9 +532,10 @@ const char *wm_fallback_reason(const struct wm_weights *w);
 
 /**
  * The memory budget the load was held to, in `*bytes` (what the process
- * could still use: MemAvailable, or a memory cgroup's limit less its usage,
- * whichever is less), and in `*source` where that figure came from
- * (`"MemAvailable"`, `"cgroup v1 /NAME memory.limit_in_bytes"`, ...),
+ * could still use: MemAvailable, or a memory cgroup's limit less the usage
+ * it cannot reclaim, whichever is less; or the figure `$WEIGHTMAP_BUDGET`
+ * gives), and in `*source` where that figure came from (`"MemAvailable"`,
+ * `"cgroup v1 /NAME memory.limit_in_bytes"`, `"WEIGHTMAP_BUDGET"`, ...),
  * valid until [`wm_free`]. `source` may be NULL.
  *
  * Returns [`WM_OK`], [`WM_ERR_NOT_FOUND`] when no figure could be read

@@ -1081,6 +1081,43 @@ fn load_json_reports_the_budget_it_read() {
 }
 
 #[test]
+fn load_takes_its_budget_from_weightmap_budget_unless_its_options_give_one() {
+    let f = testdata("tiny-llama.gguf");
+    let with_var = |value: &str, args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_weightmap"))
+            .args(["load", p(&f)])
+            .args(args)
+            .env("WEIGHTMAP_BUDGET", value)
+            .output()
+            .expect("running the weightmap binary")
+    };
+    let o = with_var("16", &["--mode", "stream"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("over the memory budget of 16 bytes"),
+        "{}",
+        stderr(&o)
+    );
+    let v: Value = serde_json::from_slice(&with_var("1K", &["--json"]).stdout).unwrap();
+    assert_eq!(v["budget_bytes"], 1024);
+    assert_eq!(v["budget_source"], "WEIGHTMAP_BUDGET");
+    assert_eq!(v["residency_kind"], "stream_all", "{v}");
+    // The options' budget wins over the variable's.
+    let v: Value =
+        serde_json::from_slice(&with_var("16", &["--budget", "1G", "--json"]).stdout).unwrap();
+    assert_eq!(v["budget_source"], "LoadOptions::budget");
+    // A variable that is not a byte count is reported, not replaced by the
+    // system's figure without a word.
+    let v: Value = serde_json::from_slice(&with_var("lots", &["--json"]).stdout).unwrap();
+    assert_eq!(v["budget_bytes"], Value::Null);
+    let source = v["budget_source"].as_str().unwrap();
+    assert!(
+        source.starts_with("unreadable: $WEIGHTMAP_BUDGET: 'lots'"),
+        "{source}"
+    );
+}
+
+#[test]
 fn load_pass_reads_every_tensor_through_the_window_it_reports() {
     let f = testdata("tiny-llama.gguf");
     let v = run_json(&[

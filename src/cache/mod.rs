@@ -77,6 +77,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+pub use crate::size::parse_size;
 pub use entry::EntryInfo;
 pub use key::TransformId;
 pub use report::{CacheBypass, CacheOutcome, CacheReport};
@@ -759,64 +760,5 @@ pub fn ensure_private_dir(dir: &Path) -> Result<()> {
             dir,
             std::io::Error::new(std::io::ErrorKind::PermissionDenied, why.to_string()),
         )),
-    }
-}
-
-/// The syntax of `$WEIGHTMAP_CACHE_MAX_SIZE`, the one size the library
-/// reads from text: a byte count, digits then optionally K/M/G/T (binary),
-/// KiB/MiB/GiB/TiB (binary) or KB/MB/GB/TB (decimal), any case; `B` alone
-/// is bytes. Public so that a tool's own size options take exactly what the
-/// variable takes: the command's (`cache prune --max-size`, whose default
-/// is the variable, and its other sizes alike) do.
-///
-/// ```
-/// assert_eq!(weightmap::cache::parse_size("20G"), Ok(20 << 30));
-/// assert_eq!(weightmap::cache::parse_size("1MB"), Ok(1_000_000));
-/// assert!(weightmap::cache::parse_size("lots").is_err());
-/// ```
-///
-/// # Errors
-/// A message naming what is wrong with `s`.
-pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a byte count (e.g. 4096, 64M, 1GiB)"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        "t" | "tib" => 1 << 40,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        "tb" => 1_000_000_000_000,
-        u => {
-            return Err(format!(
-                "unknown size unit '{u}' (use K, M, G, T, KiB, MB, ...)"
-            ))
-        }
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("'{s}' is too large"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("64M"), Ok(64 << 20));
-        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
-        assert_eq!(parse_size("2kb"), Ok(2000));
-        assert!(parse_size("").is_err());
-        assert!(parse_size("12Q").is_err());
-        assert!(parse_size("-1").is_err());
-        assert!(parse_size("99999999999T").is_err());
     }
 }

@@ -1,26 +1,58 @@
 //! The memory budget of a load ([`Budget`]): read once when the load starts
-//! (or taken from [`LoadOptions::budget`]), then every memory decision is
-//! made against it.
+//! (or taken from [`LoadOptions::budget`], else from `$WEIGHTMAP_BUDGET`),
+//! then every memory decision is made against it.
 
 use std::fs::File;
 
 use crate::error::{Error, Result};
 use crate::os::{read_budget, BudgetReading};
 use crate::page_plan::plan::MemReader;
+use crate::size::parse_size;
 
 use super::options::LoadOptions;
 use super::report::Budget;
 
-/// The budget `opts` give, or the system's, for a load of a model whose
-/// bytes are `own_cached` in the page cache already (a restart, a second
-/// process): those count as the model's resident pages, not as used.
-pub(crate) fn current(opts: &LoadOptions, own_cached: u64) -> Budget {
+/// The variable that holds every load whose options set no budget to the
+/// budget it gives (a byte count, [`parse_size`]), in place of the
+/// system's: for a runtime the user cannot change the code of (llama.cpp's
+/// `--weightmap`), to leave room for the rest of the machine.
+pub(crate) const BUDGET_VAR: &str = "WEIGHTMAP_BUDGET";
+
+/// A budget fixed before anything is read: `opts`', else the variable's
+/// (`Err` naming what is wrong with it). `None`: the system's is read.
+fn fixed(opts: &LoadOptions) -> Option<(std::result::Result<u64, String>, &'static str)> {
     if let Some(bytes) = opts.budget {
-        return Budget {
-            bytes: Some(bytes),
-            source: "LoadOptions::budget".into(),
-            ..Budget::default()
-        };
+        return Some((Ok(bytes), "LoadOptions::budget"));
+    }
+    let value = std::env::var_os(BUDGET_VAR)?;
+    let parsed =
+        parse_size(&value.to_string_lossy()).map_err(|why| format!("${BUDGET_VAR}: {why}"));
+    Some((parsed, BUDGET_VAR))
+}
+
+/// The budget `opts` or `$WEIGHTMAP_BUDGET` give, or the system's, for a
+/// load of a model whose bytes are `own_cached` in the page cache already
+/// (a restart, a second process): those count as the model's resident
+/// pages, not as used.
+pub(crate) fn current(opts: &LoadOptions, own_cached: u64) -> Budget {
+    match fixed(opts) {
+        Some((Ok(bytes), source)) => {
+            return Budget {
+                bytes: Some(bytes),
+                source: source.into(),
+                ..Budget::default()
+            }
+        }
+        // A budget the user meant to fix but wrote wrongly is reported as
+        // unreadable, not replaced by the system's without a word.
+        Some((Err(why), _)) => {
+            return Budget {
+                bytes: None,
+                source: format!("unreadable: {why}"),
+                ..Budget::default()
+            }
+        }
+        None => {}
     }
     match read_budget(own_cached) {
         BudgetReading::Limited { budget, .. } => Budget {
@@ -44,7 +76,7 @@ pub(crate) fn current(opts: &LoadOptions, own_cached: u64) -> Budget {
 /// reading of the system's budget; 0 without sampling where `opts` fix the
 /// budget, which then reads nothing.
 pub(crate) fn cached_bytes(opts: &LoadOptions, file: &File, len: u64) -> u64 {
-    if opts.budget.is_some() {
+    if fixed(opts).is_some() {
         return 0;
     }
     crate::os::residency_estimate_of(file).map_or(0, |r| (r.fraction() * len as f64) as u64)
@@ -65,8 +97,11 @@ pub(crate) fn read_once(opts: &LoadOptions, own_cached: u64) -> (Budget, MemRead
 }
 
 fn reader(opts: &LoadOptions, own_cached: u64) -> MemReader {
-    match opts.budget {
-        Some(bytes) => std::sync::Arc::new(move || Some(bytes)),
+    match fixed(opts) {
+        Some((bytes, _)) => {
+            let bytes = bytes.ok();
+            std::sync::Arc::new(move || bytes)
+        }
         None => std::sync::Arc::new(move || read_budget(own_cached).budget().map(|b| b.bytes)),
     }
 }
