@@ -8,6 +8,20 @@ blocks of random nibbles under a small fixed scale (norms are ones), as no
 real MoE weights can be downloaded here. Every figure measured on these
 files says so.
 
+The files route like a model's in llama.cpp: each token goes to experts of
+its own, and so sampled tokens spread over most experts of a tensor. Two
+choices make that so (weightmap.synthetic = 2 in the file's keys):
+  - the nibbles are symmetric, 1..15 (values -7..7, mean 0). Drawn from
+    0..15 (mean -0.5), every layer adds the same drift to every token,
+    which swamps each token's identity: every token, prompt or generated,
+    then went to the same 8 of 64 experts of a tensor;
+  - the token embedding's scale is larger than the layers' (EMBED_SCALE),
+    so that a token's own vector, not what the layers add, is most of what
+    each router sees.
+The "mini" layout (4 layers, hidden 256, 32 experts, top-4; with the
+GPT-NeoX vocab, 30 MB, half of it expert tensors) is a file for tests:
+llama.cpp loads it as OLMoE.
+
     python3 benches/residency/moe_gguf.py OUT.gguf [olmoe|qwen3moe] [--layers N] [--seed S]
         [--vocab VOCAB.gguf]
 
@@ -26,6 +40,8 @@ LAYOUTS = {
     # pre: llama.cpp's pre-tokenizer name, where the vocab file lacks one.
     "olmoe": dict(layers=16, hidden=2048, experts=64, used=8, ffn=1024, vocab=50304,
                   heads=16, kv_heads=16, head_dim=128, qk_norm="full", shared=False, pre="olmo"),
+    "mini": dict(layers=4, hidden=256, experts=32, used=4, ffn=256, vocab=50304,
+                 heads=4, kv_heads=4, head_dim=64, qk_norm="full", shared=False, pre="olmo", arch="olmoe"),
     "qwen3moe": dict(layers=48, hidden=2048, experts=128, used=8, ffn=768, vocab=151936,
                      heads=32, kv_heads=4, head_dim=128, qk_norm="head", shared=False, pre="qwen2"),
 }
@@ -36,6 +52,8 @@ BLOCK, BLOCK_BYTES = 32, 18
 # f16 0.0022: small enough that a matmul over thousands of random nibbles
 # stays finite.
 SCALE = np.frombuffer(np.float16(0.0022).tobytes(), dtype=np.uint8)
+# The token embedding's, large beside what the layers add (above).
+EMBED_SCALE = np.frombuffer(np.float16(0.05).tobytes(), dtype=np.uint8)
 
 
 def tensors(a):
@@ -88,8 +106,10 @@ def data(ne, ty, rng, name):
         return v.view(np.uint8).reshape(byte_shape(ne, ty))
     rows = int(np.prod(ne[1:]))
     blocks = ne[0] // BLOCK
-    b = rng.integers(0, 256, size=(rows, blocks, BLOCK_BYTES), dtype=np.uint8)
-    b[:, :, 0:2] = SCALE
+    b = np.empty((rows, blocks, BLOCK_BYTES), dtype=np.uint8)
+    n = rng.integers(1, 16, size=(rows, blocks, BLOCK_BYTES - 2, 2), dtype=np.uint8)
+    b[:, :, 2:] = n[..., 0] | (n[..., 1] << 4)  # two symmetric nibbles a byte (above)
+    b[:, :, 0:2] = EMBED_SCALE if name == "token_embd.weight" else SCALE
     return b.reshape(byte_shape(ne, ty))
 
 
@@ -132,9 +152,9 @@ def main():
     a = dict(LAYOUTS[args.arch])
     if args.layers:
         a["layers"] = args.layers
-    arch = args.arch
+    arch = a.get("arch", args.arch)
     w = gguf.GGUFWriter(args.out, arch)
-    w.add_name(f"synthetic {arch} layout (random weights)")
+    w.add_name(f"synthetic {args.arch} layout (random weights)")
     w.add_block_count(a["layers"])
     w.add_context_length(4096)
     w.add_embedding_length(a["hidden"])
@@ -149,7 +169,7 @@ def main():
     w.add_expert_count(a["experts"])
     w.add_expert_used_count(a["used"])
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
-    w.add_uint32("weightmap.synthetic", 1)
+    w.add_uint32("weightmap.synthetic", 2)  # 2: routes like a model (above)
     if args.vocab:
         add_vocab(w, args.vocab, a["vocab"], a["pre"])
     plan = tensors(a)

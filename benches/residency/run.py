@@ -58,10 +58,12 @@ def size_and_rate(path):
     return os.path.getsize(path), statistics.median(dd_rate(path) for _ in range(3))
 
 
-def run_in_cgroup(cmd, limit=None):
+def run_in_cgroup(cmd, limit=None, parse=lambda proc: json.loads(proc.stdout), timeout=None):
     """Run `cmd`, in a fresh memory cgroup of `limit` bytes (None: none), and
-    return its JSON output (or {"failed": status, "stderr": ...}) with how
-    many times the kernel's OOM killer ran in the cgroup."""
+    return what `parse` makes of it (the finished process; default: its
+    JSON output), or {"failed": status or "timeout", "stderr": ...}, with
+    how many times the kernel's OOM killer ran in the cgroup. After
+    `timeout` seconds (None: none) the command is killed."""
     cg = None
     if limit is not None:
         cg = f"{ROOT}/weightmap-residency-{os.getpid()}"
@@ -71,14 +73,17 @@ def run_in_cgroup(cmd, limit=None):
             with open(f"{cg}/memory.limit_in_bytes", "w") as f:
                 f.write(str(limit))
             cmd = ["sh", "-c", 'echo $$ > "$1/cgroup.procs"; shift; exec "$@"', "sh", cg, *cmd]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc = subprocess.CompletedProcess(cmd, f"timeout after {timeout} s", "", "")
         kills = 0
         if cg:
             with open(f"{cg}/memory.oom_control") as f:
                 kills = int(next((l.split()[1] for l in f if l.startswith("oom_kill ")), "0"))
         if proc.returncode != 0:
             return {"failed": proc.returncode, "stderr": proc.stderr[-300:]}, kills
-        return json.loads(proc.stdout), kills
+        return parse(proc), kills
     finally:
         if cg:
             os.rmdir(cg)
