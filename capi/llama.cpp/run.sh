@@ -13,7 +13,8 @@
 #     (--no-repack), which the flag turns off over the budget: repacked
 #     weights compute with other kernels, whose sums round differently.
 #
-# Needs cmake, a C/C++ compiler, cargo, patch, and gguf-py with numpy in
+# Needs cmake, a C/C++ compiler, cargo, patch (installed with apt-get when
+# missing, as root), and gguf-py with numpy in
 # $WM_PYTHON (default target/python-venv/bin/python, which .ci/python.sh
 # makes). Work goes to $WM_LLAMA_WORK (default target/llama-cli).
 #
@@ -28,6 +29,11 @@ PY="${WM_PYTHON:-$ROOT/target/python-venv/bin/python}"
 . "$ROOT/capi/tests/ggml/llama-sources.sh"
 mkdir -p "$WORK"
 
+if ! command -v patch >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  echo "== llama-cli --weightmap: apt-get install patch"
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq patch >/dev/null
+fi
 for tool in cmake cc c++ cargo patch; do
   command -v "$tool" >/dev/null || { echo "llama-cli --weightmap: $tool is missing" >&2; exit 1; }
 done
