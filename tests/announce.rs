@@ -389,3 +389,51 @@ fn re_announcing_reads_again_after_a_release_and_after_eviction() {
     let after_pressure = settled_fraction(&w, "a");
     assert!(after_pressure > 0.9, "evicted, announced: {after_pressure}");
 }
+
+#[test]
+fn a_guess_is_read_in_the_room_it_is_given_and_goes_first_once_superseded() {
+    let test = "a_guess_is_read_in_the_room_it_is_given_and_goes_first_once_superseded";
+    let dir = tempfile::tempdir().unwrap();
+    // Four experts of 2 MiB; room for three beside the 8 MiB read whole and
+    // the runtime's 64 MiB.
+    let path = moe_model_of(dir.path(), 2);
+    let budget = (64 + 8 + 6) * MIB as u64 + 4096;
+    let opts = LoadOptions::default().prefetch(Prefetch::None);
+    let w = load(&path, &opts.clone().budget(budget));
+    assert_eq!(w.report().residency.name(), "stream_experts");
+    let exps = w.tensor_index("blk.0.ffn_up_exps.weight").unwrap();
+    let name = "blk.0.ffn_up_exps.weight";
+    // Checked as announcements are.
+    let err = w.prefetch_likely(&[Need::experts(exps, &[4])]).unwrap_err();
+    assert!(err.to_string().contains("expert 4"), "{err}");
+    if !common::page_cache_observable(test) {
+        w.prefetch_likely(&[Need::experts(exps, &[1])]).unwrap();
+        return;
+    }
+    evict(&path).unwrap();
+    w.prefetch(&[Need::experts(exps, &[0])]).unwrap();
+    assert!((0.24..=0.27).contains(&settled_fraction(&w, name)));
+    // Guesses may hold half of the 4 MiB the slice in use leaves: expert 1
+    // is read, expert 2 is not.
+    w.prefetch_likely(&[Need::experts(exps, &[1, 2])]).unwrap();
+    let guessed = settled_fraction(&w, name);
+    assert!((0.49..=0.52).contains(&guessed), "{guessed}");
+    // The router chose 2 and 3: the guess of 1 is superseded, and what
+    // stays in memory, guesses included, keeps to the room of three
+    // experts (which one goes, the residency's unit tests check).
+    w.prefetch(&[Need::experts(exps, &[2, 3])]).unwrap();
+    let fraction = || w.residency(name).unwrap().unwrap().fraction();
+    let t0 = Instant::now();
+    while fraction() < 0.7 && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let after = fraction();
+    assert!((0.74..=0.77).contains(&after), "{after}: over the room");
+    // Where the weights fit, a guess is read whole.
+    let roomy = load(&path, &opts);
+    evict(&path).unwrap();
+    roomy.prefetch_likely(&[Need::experts(exps, &[3])]).unwrap();
+    let one = settled_fraction(&roomy, name);
+    assert!((0.24..=0.27).contains(&one), "{one}");
+}

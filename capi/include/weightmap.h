@@ -801,6 +801,20 @@ int wm_cache_load(const char *cache_dir,
 int wm_prefetch(const struct wm_weights *w, const struct wm_need *needs, size_t n);
 
 /**
+ * What the runtime expects to read but is not sure of: a predictor's
+ * guess of the experts a router will choose. Read ahead with the disk's
+ * spare time and the budget's spare room only: never before, or at the
+ * cost of, what [`wm_prefetch`] announced. A later [`wm_prefetch`] of the
+ * same tensor supersedes its guesses, and what was guessed and not
+ * announced is the first to go. Returns at once; 0 or a `WM_ERR` code,
+ * checked as [`wm_prefetch`]'s (`weightmap::Weights::prefetch_likely`).
+ *
+ * # Safety
+ * As for [`wm_prefetch`].
+ */
+int wm_prefetch_likely(const struct wm_weights *w, const struct wm_need *needs, size_t n);
+
+/**
  * What stays resident of the weights and what streams, into `*out`.
  *
  * Returns [`WM_OK`], or [`WM_ERR_BAD_ARGUMENT`] (NULL `w` or `out`).

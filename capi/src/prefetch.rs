@@ -1,7 +1,8 @@
 //! Announcements from C: [`wm_prefetch`] tells the weights what the
 //! runtime reads next (whole tensors, or the experts a router chose), and
 //! weightmap reads those bytes ahead in the background
-//! (`weightmap::Weights::prefetch`); [`wm_residency`] says what stays
+//! (`weightmap::Weights::prefetch`); [`wm_prefetch_likely`] tells it a
+//! guess, read only with spare time and room; [`wm_residency`] says what stays
 //! resident of weights larger than the budget, and what streams.
 
 use std::ffi::c_int;
@@ -57,29 +58,69 @@ pub unsafe extern "C" fn wm_prefetch(
 ) -> c_int {
     guard(|| {
         // SAFETY: by the contract.
-        let w = unsafe { weights_ref(w) }?;
-        if n == 0 {
-            return Ok(());
-        }
-        if needs.is_null() {
-            return Err(Fail::null("needs"));
-        }
-        // SAFETY: by the contract, `needs` points to `n` of them.
-        let needs = unsafe { std::slice::from_raw_parts(needs, n) };
-        let mut out = Vec::with_capacity(n);
-        for need in needs {
-            let experts: &[i32] = match (need.experts.is_null(), need.n_experts) {
-                (_, 0) => &[],
-                (true, _) => return Err(Fail::null("experts")),
-                // SAFETY: by the contract, `n_experts` ids at `experts`.
-                (false, k) => unsafe { std::slice::from_raw_parts(need.experts, k as usize) },
-            };
-            let tensor = usize::try_from(need.tensor).unwrap_or(usize::MAX);
-            out.push(Need::experts(tensor, experts));
-        }
-        w.weights.prefetch(&out)?;
+        let (w, needs) = unsafe { needs_of(w, needs, n) }?;
+        w.weights.prefetch(&needs)?;
         Ok(())
     })
+}
+
+/// What the runtime expects to read but is not sure of: a predictor's
+/// guess of the experts a router will choose. Read ahead with the disk's
+/// spare time and the budget's spare room only: never before, or at the
+/// cost of, what [`wm_prefetch`] announced. A later [`wm_prefetch`] of the
+/// same tensor supersedes its guesses, and what was guessed and not
+/// announced is the first to go. Returns at once; 0 or a `WM_ERR` code,
+/// checked as [`wm_prefetch`]'s (`weightmap::Weights::prefetch_likely`).
+///
+/// # Safety
+/// As for [`wm_prefetch`].
+#[no_mangle]
+pub unsafe extern "C" fn wm_prefetch_likely(
+    w: *const wm_weights,
+    needs: *const wm_need,
+    n: usize,
+) -> c_int {
+    guard(|| {
+        // SAFETY: by the contract.
+        let (w, needs) = unsafe { needs_of(w, needs, n) }?;
+        w.weights.prefetch_likely(&needs)?;
+        Ok(())
+    })
+}
+
+/// The weights at `w` and the `n` needs at `needs`, as [`wm_prefetch`]
+/// takes them.
+///
+/// # Safety
+/// As for [`wm_prefetch`]; the needs borrow the caller's arrays for the
+/// call.
+unsafe fn needs_of<'a>(
+    w: *const wm_weights,
+    needs: *const wm_need,
+    n: usize,
+) -> Result<(&'a wm_weights, Vec<Need<'a>>), Fail> {
+    // SAFETY: by the contract.
+    let w = unsafe { weights_ref(w) }?;
+    if n == 0 {
+        return Ok((w, Vec::new()));
+    }
+    if needs.is_null() {
+        return Err(Fail::null("needs"));
+    }
+    // SAFETY: by the contract, `needs` points to `n` of them.
+    let needs = unsafe { std::slice::from_raw_parts(needs, n) };
+    let mut out = Vec::with_capacity(n);
+    for need in needs {
+        let experts: &[i32] = match (need.experts.is_null(), need.n_experts) {
+            (_, 0) => &[],
+            (true, _) => return Err(Fail::null("experts")),
+            // SAFETY: by the contract, `n_experts` ids at `experts`.
+            (false, k) => unsafe { std::slice::from_raw_parts(need.experts, k as usize) },
+        };
+        let tensor = usize::try_from(need.tensor).unwrap_or(usize::MAX);
+        out.push(Need::experts(tensor, experts));
+    }
+    Ok((w, out))
 }
 
 /// [`wm_residency`]'s kind: the mapped tensors fit in the budget (or it is

@@ -1252,11 +1252,18 @@ fn the_residency_says_what_streams_under_a_budget_below_the_weights() {
     );
 }
 
+/// `wm_prefetch`'s and `wm_prefetch_likely`'s signature.
+type Announce = unsafe extern "C" fn(*const wm_weights, *const wm_need, usize) -> c_int;
+
 #[test]
-fn announcements_are_checked_and_a_bad_one_is_an_error_the_weights_outlive() {
+fn announcements_and_guesses_are_checked_and_a_bad_one_is_an_error_the_weights_outlive() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_tiny_moe(dir.path());
-    for mode in [WM_MODE_MMAP, WM_MODE_STREAM] {
+    let calls: [Announce; 2] = [wm_prefetch, wm_prefetch_likely];
+    for (mode, call) in [WM_MODE_MMAP, WM_MODE_STREAM]
+        .into_iter()
+        .flat_map(|m| calls.map(|c| (m, c)))
+    {
         let w = load_path(&path, &opts(mode, 1, 0));
         let experts = [3i32, 0];
         let need = |tensor, experts: &[i32]| wm_need {
@@ -1271,11 +1278,11 @@ fn announcements_are_checked_and_a_bad_one_is_an_error_the_weights_outlive() {
         let prefetch = |needs: &[wm_need]| {
             // SAFETY: live weights and `needs.len()` announcements whose
             // experts live for the call.
-            unsafe { wm_prefetch(w.0, needs.as_ptr(), needs.len()) }
+            unsafe { call(w.0, needs.as_ptr(), needs.len()) }
         };
         assert_eq!(prefetch(&[need(0, &experts), need(1, &[])]), WM_OK);
         // SAFETY: n = 0 reads nothing.
-        assert_eq!(unsafe { wm_prefetch(w.0, null(), 0) }, WM_OK);
+        assert_eq!(unsafe { call(w.0, null(), 0) }, WM_OK);
         assert_eq!(prefetch(&[need(0, &[]), need(2, &[])]), WM_ERR_NOT_FOUND);
         assert_eq!(last_error(), "no tensor 2: the weights hold 2");
         assert_eq!(prefetch(&[need(0, &[4])]), WM_ERR_NOT_FOUND);
@@ -1288,10 +1295,10 @@ fn announcements_are_checked_and_a_bad_one_is_an_error_the_weights_outlive() {
         };
         assert_eq!(prefetch(&[no_ids]), WM_ERR_BAD_ARGUMENT);
         // SAFETY: NULL weights are refused before anything is read.
-        let rc = unsafe { wm_prefetch(null(), [need(0, &[])].as_ptr(), 1) };
+        let rc = unsafe { call(null(), [need(0, &[])].as_ptr(), 1) };
         assert_eq!(rc, WM_ERR_BAD_ARGUMENT);
         // SAFETY: n > 0 with NULL needs is refused.
-        assert_eq!(unsafe { wm_prefetch(w.0, null(), 1) }, WM_ERR_BAD_ARGUMENT);
+        assert_eq!(unsafe { call(w.0, null(), 1) }, WM_ERR_BAD_ARGUMENT);
         // The weights answer as before.
         let t = tensor(&w, "blk.0.norm.weight").unwrap();
         assert_eq!(bytes_of(&t), &[2; 32]);

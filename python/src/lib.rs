@@ -541,8 +541,13 @@ impl PyWeights {
     /// this returns without waiting for them (over the budget, the experts'
     /// slices are queued before it returns); every need is checked
     /// first (KeyError for a name, IndexError for an index, weightmap.Error
-    /// for an expert that is not there), and then nothing is read.
-    fn prefetch(&self, py: Python<'_>, needs: Vec<Bound<'_, PyAny>>) -> PyResult<()> {
+    /// for an expert that is not there), and then nothing is read. With
+    /// `likely=True`, the needs are a guess (a predictor's of the experts a
+    /// router will choose), read only with the device's spare time and the
+    /// budget's spare room: never before, or at the cost of, what was
+    /// announced; a later announcement of the same tensor supersedes it.
+    #[pyo3(signature = (needs, likely = false))]
+    fn prefetch(&self, py: Python<'_>, needs: Vec<Bound<'_, PyAny>>, likely: bool) -> PyResult<()> {
         let w = self.weights(py)?;
         let mut parsed: Vec<(usize, Vec<i32>)> = Vec::with_capacity(needs.len());
         for need in &needs {
@@ -565,7 +570,11 @@ impl PyWeights {
             .iter()
             .map(|(t, experts)| wm::Need::experts(*t, experts))
             .collect();
-        w.prefetch(&needs).map_err(|e| match e {
+        let announced = match likely {
+            true => w.prefetch_likely(&needs),
+            false => w.prefetch(&needs),
+        };
+        announced.map_err(|e| match e {
             wm::Error::TensorIndex { .. } => PyIndexError::new_err(e.to_string()),
             e => to_py(py, e),
         })

@@ -601,6 +601,15 @@ def test_prefetch_checks_every_need_and_the_weights_carry_on(tmp_path, mode):
             assert "bool" in str(e.value), e.value
         with pytest.raises(IndexError):
             w.prefetch([-1])
+        # A guess is checked as an announcement is.
+        w.prefetch([(up, [3, 1])], likely=True)
+        with pytest.raises(weightmap.Error) as e:
+            w.prefetch([(up, [4])], likely=True)
+        assert e.value.name == "no_such_expert"
+        with pytest.raises(IndexError):
+            w.prefetch([2], likely=True)
+        with pytest.raises(TypeError):
+            w.prefetch([(up, [True])], likely=True)
         # The weights answer as before.
         np.testing.assert_array_equal(
             w["blk.0.ffn_up_exps.weight"].view(np.float32).reshape(4, 2, 8), experts

@@ -44,6 +44,16 @@ pub(crate) struct Announced {
 }
 
 impl Announced {
+    /// Whether `other` names by its experts a tensor of the same mapping
+    /// that this names by its experts.
+    fn shares_an_expert_tensor(&self, other: &Announced) -> bool {
+        Arc::ptr_eq(&self.map, &other.map)
+            && self
+                .experts
+                .iter()
+                .any(|(t, _)| other.experts.iter().any(|(o, _)| o == t))
+    }
+
     /// Whether `other` reads the same ranges of the same mapping: queued
     /// twice, the second would find the first's reads queued already.
     fn same_reads(&self, other: &Announced) -> bool {
@@ -115,35 +125,63 @@ struct Queue {
 #[derive(Debug, Default)]
 struct Waiting {
     announced: VecDeque<Announced>,
+    /// Guesses ([`Announcer::guess`]): served only when no announcement
+    /// waits.
+    guessed: VecDeque<Announced>,
     /// Set on drop: the thread stops at its next look.
     closed: bool,
 }
 
+/// What the thread takes from the queue: an announcement, or a guess.
+#[derive(Debug)]
+enum Work {
+    Announced(Announced),
+    Guessed(Announced),
+}
+
 impl Queue {
     /// Queue `a`, unless the same reads wait already; at the limit, the
-    /// oldest waiting is dropped for it.
+    /// oldest waiting is dropped for it. The guesses waiting for a tensor
+    /// `a` names by its experts are dropped: `a` supersedes them.
     fn push(&self, a: Announced) {
         let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        if w.announced.iter().any(|q| q.same_reads(&a)) {
-            return;
-        }
-        if w.announced.len() == QUEUE_LIMIT {
-            w.announced.pop_front();
-        }
-        w.announced.push_back(a);
+        w.guessed.retain(|g| !g.shares_an_expert_tensor(&a));
+        Self::push_to(&mut w.announced, a);
         drop(w);
         self.changed.notify_one();
     }
 
-    /// The next announcement, waiting for one; `None` once closed.
-    fn pop(&self) -> Option<Announced> {
+    /// Queue the guess `g`, as [`Queue::push`] queues an announcement.
+    fn push_guess(&self, g: Announced) {
+        let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        Self::push_to(&mut w.guessed, g);
+        drop(w);
+        self.changed.notify_one();
+    }
+
+    fn push_to(lane: &mut VecDeque<Announced>, a: Announced) {
+        if lane.iter().any(|q| q.same_reads(&a)) {
+            return;
+        }
+        if lane.len() == QUEUE_LIMIT {
+            lane.pop_front();
+        }
+        lane.push_back(a);
+    }
+
+    /// The next announcement, else the next guess, waiting for one; `None`
+    /// once closed.
+    fn pop(&self) -> Option<Work> {
         let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if w.closed {
                 return None;
             }
             if let Some(a) = w.announced.pop_front() {
-                return Some(a);
+                return Some(Work::Announced(a));
+            }
+            if let Some(g) = w.guessed.pop_front() {
+                return Some(Work::Guessed(g));
             }
             w = self.changed.wait(w).unwrap_or_else(|e| e.into_inner());
         }
@@ -154,17 +192,16 @@ impl Queue {
         let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
         w.closed = true;
         w.announced.clear();
+        w.guessed.clear();
         drop(w);
         self.changed.notify_all();
     }
 
+    /// How many announcements and guesses wait.
     #[cfg(test)]
-    fn len(&self) -> usize {
-        self.waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .announced
-            .len()
+    fn len(&self) -> (usize, usize) {
+        let w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        (w.announced.len(), w.guessed.len())
     }
 }
 
@@ -222,6 +259,60 @@ impl Announcer {
             self.advise_first_announced(&announced);
             self.queue_slices_here(&announced);
         }
+        match self.thread_queue() {
+            Some(queue) => announced.into_iter().for_each(|a| queue.push(a)),
+            None => announced
+                .iter()
+                .for_each(|a| read_ahead(a, self.thread_reads())),
+        }
+    }
+
+    /// Queue the reads of `guessed`, what the runtime expects to read but
+    /// is not sure of (`Weights::prefetch_likely`), for the thread's spare
+    /// time: it takes a guess only when no announcement waits, and over the
+    /// budget reads only as much of it as the residency gives guesses
+    /// ([`Residency::guess`]). An announcement of the same expert tensor
+    /// supersedes the guesses that wait for it. Where the thread cannot be
+    /// started, nothing is read: a guess never costs the caller's time.
+    /// Where the weights fit, what was read once is not guessed again.
+    pub(crate) fn guess(&self, guessed: Vec<Announced>) {
+        let guessed = match self.read_once {
+            Some(_) => self.not_read_once(guessed),
+            None => {
+                self.advise_first_announced(&guessed);
+                guessed
+            }
+        };
+        if guessed.is_empty() {
+            return;
+        }
+        if let Some(queue) = self.thread_queue() {
+            guessed.into_iter().for_each(|g| queue.push_guess(g));
+        }
+    }
+
+    /// Of `guessed`, the ranges not read once (where the weights fit).
+    fn not_read_once(&self, mut guessed: Vec<Announced>) -> Vec<Announced> {
+        let Some(read_once) = &self.read_once else {
+            return guessed;
+        };
+        let seen = read_once.lock().unwrap_or_else(|e| e.into_inner());
+        for g in &mut guessed {
+            let base = g.map.addr();
+            let new = |r: &Range| !seen.contains(&(base + r.0, base + r.1));
+            g.whole.retain(new);
+            g.experts.retain_mut(|(_, slices)| {
+                slices.retain(new);
+                !slices.is_empty()
+            });
+        }
+        guessed.retain(|g| !g.whole.is_empty() || !g.experts.is_empty());
+        guessed
+    }
+
+    /// The thread's queue, the thread started if it is not (in this
+    /// process); `None` where it cannot be started.
+    fn thread_queue(&self) -> Option<Arc<Queue>> {
         let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
         if started.as_ref().is_some_and(Started::is_parents) {
             // A child after fork: the thread is the parent's. Its handle
@@ -232,10 +323,7 @@ impl Announcer {
         let residency = || Residency::new(self.budget, self.mapped);
         let reads = self.thread_reads();
         let started = started.get_or_insert_with(|| Started::spawn(residency(), reads));
-        match &started.queue {
-            Some(queue) => announced.into_iter().for_each(|a| queue.push(a)),
-            None => announced.iter().for_each(|a| read_ahead(a, reads)),
-        }
+        started.queue.clone()
     }
 
     /// Forget that `[start, end)` of `map` was read, so that the next
@@ -248,14 +336,14 @@ impl Announcer {
         }
     }
 
-    /// How many announcements wait for the thread.
+    /// How many announcements and guesses wait for the thread.
     #[cfg(test)]
-    fn queued(&self) -> usize {
+    fn queued(&self) -> (usize, usize) {
         let started = self.started.lock().unwrap_or_else(|e| e.into_inner());
         started
             .as_ref()
             .and_then(|s| s.queue.as_ref())
-            .map_or(0, |q| q.len())
+            .map_or((0, 0), |q| q.len())
     }
 
     /// Over the budget, queue the reads of the announced expert slices here,
@@ -356,32 +444,73 @@ fn last_page_resident(map: &crate::os::Mapping, r: &Range) -> bool {
 /// because the runtime is about to compute on them: a page it reaches
 /// before its read is queued costs a fault that reads that page alone.
 fn serve(queue: &Queue, mut residency: Residency, reads: Reads) {
-    while let Some(a) = queue.pop() {
-        // The residency keys ranges by address, so that the files of a
-        // model in several tell theirs apart.
-        let base = a.map.addr();
-        let at = |r: &Range| (base + r.0, base + r.1);
-        // Where the weights fit, nothing is kept or released.
-        let experts = match residency.exceeds_budget() {
-            true => &a.experts[..],
-            false => &[],
-        };
-        let announced: Vec<Vec<Range>> = experts
-            .iter()
-            .map(|(_, slices)| slices.iter().map(at).collect())
-            .collect();
-        let mut done = Vec::new();
-        for ((tensor, _), slices) in experts.iter().zip(&announced) {
-            done.extend(residency.announce(at(tensor), slices));
+    while let Some(work) = queue.pop() {
+        match work {
+            Work::Announced(a) => serve_announced(&a, &mut residency, reads),
+            Work::Guessed(g) => serve_guessed(&g, &mut residency, reads),
         }
-        read_ahead(&a, reads);
-        for (start, end) in done {
-            // One tensor's announcement may let go of a slice another in
-            // the same one names: that slice stays.
-            if !announced.iter().flatten().any(|&r| r == (start, end)) {
-                // Advisory: a failure leaves the pages to reclaim.
-                let _ = a.map.release(start - base, end - base);
-            }
+    }
+}
+
+/// Read a guess ahead: its tensors read whole as an announcement's, and
+/// its expert slices where the weights fit, or over the budget those the
+/// residency gives room to, releasing what they take the room of.
+fn serve_guessed(g: &Announced, residency: &mut Residency, reads: Reads) {
+    let whole = Reads {
+        whole: reads.whole,
+        slices: false,
+    };
+    read_ahead(g, whole);
+    if !residency.exceeds_budget() {
+        read_ahead(
+            g,
+            Reads {
+                whole: false,
+                slices: true,
+            },
+        );
+        return;
+    }
+    let base = g.map.addr();
+    for (tensor, slices) in &g.experts {
+        let at: Vec<Range> = slices.iter().map(|r| (base + r.0, base + r.1)).collect();
+        let (read, release) = residency.guess((base + tensor.0, base + tensor.1), &at);
+        for (start, end) in merge(read) {
+            g.map.will_need(start - base, end - base);
+        }
+        for (start, end) in release {
+            // Advisory: a failure leaves the pages to reclaim.
+            let _ = g.map.release(start - base, end - base);
+        }
+    }
+}
+
+/// Read an announcement ahead, and release what the residency lets go.
+fn serve_announced(a: &Announced, residency: &mut Residency, reads: Reads) {
+    // The residency keys ranges by address, so that the files of a
+    // model in several tell theirs apart.
+    let base = a.map.addr();
+    let at = |r: &Range| (base + r.0, base + r.1);
+    // Where the weights fit, nothing is kept or released.
+    let experts = match residency.exceeds_budget() {
+        true => &a.experts[..],
+        false => &[],
+    };
+    let announced: Vec<Vec<Range>> = experts
+        .iter()
+        .map(|(_, slices)| slices.iter().map(at).collect())
+        .collect();
+    let mut done = Vec::new();
+    for ((tensor, _), slices) in experts.iter().zip(&announced) {
+        done.extend(residency.announce(at(tensor), slices));
+    }
+    read_ahead(a, reads);
+    for (start, end) in done {
+        // One tensor's announcement may let go of a slice another in
+        // the same one names: that slice stays.
+        if !announced.iter().flatten().any(|&r| r == (start, end)) {
+            // Advisory: a failure leaves the pages to reclaim.
+            let _ = a.map.release(start - base, end - base);
         }
     }
 }
@@ -477,13 +606,63 @@ mod tests {
         for _ in 0..100_000 {
             announcer.announce(whole(&map, (0, 4 << 20)));
         }
-        assert!(announcer.queued() <= 1, "{}", announcer.queued());
+        assert!(announcer.queued().0 <= 1, "{:?}", announcer.queued());
         for i in 0..10_000 {
             let at = (i * 4096) % (8 << 20);
             announcer.announce(whole(&map, (at, at + 4096)));
         }
-        assert!(announcer.queued() <= QUEUE_LIMIT, "{}", announcer.queued());
+        assert!(
+            announcer.queued().0 <= QUEUE_LIMIT,
+            "{:?}",
+            announcer.queued()
+        );
         // Dropped, what waits is abandoned: the mapping is let go.
+        drop(announcer);
+        assert_eq!(Arc::strong_count(&map), 1);
+    }
+
+    fn experts(map: &Arc<Mapping>, tensor: Range, slice: Range) -> Announced {
+        Announced {
+            map: Arc::clone(map),
+            whole: Vec::new(),
+            experts: vec![(tensor, vec![slice])],
+        }
+    }
+
+    #[test]
+    fn guesses_wait_for_announcements_and_are_superseded_by_them() {
+        let (_f, map) = mapping(1);
+        const K: usize = 4096;
+        let (t, u) = ((0, 4 * K), (4 * K, 8 * K));
+        let q = Queue::default();
+        q.push_guess(experts(&map, t, (0, K)));
+        q.push_guess(experts(&map, u, (4 * K, 5 * K)));
+        q.push_guess(experts(&map, u, (4 * K, 5 * K))); // a repeat
+        assert_eq!(q.len(), (0, 2));
+        // An announcement of t's experts supersedes t's guess; u's waits
+        // behind it.
+        q.push(experts(&map, t, (K, 2 * K)));
+        assert_eq!(q.len(), (1, 1));
+        assert!(matches!(q.pop(), Some(Work::Announced(a)) if a.experts[0].0 == t));
+        assert!(matches!(q.pop(), Some(Work::Guessed(g)) if g.experts[0].0 == u));
+        // Bounded as announcements are.
+        for i in 0..1000 {
+            q.push_guess(experts(&map, u, (4 * K + i, 5 * K)));
+        }
+        assert_eq!(q.len(), (0, QUEUE_LIMIT));
+        q.close();
+        assert!(q.pop().is_none());
+    }
+
+    #[test]
+    fn a_guess_where_the_weights_fit_skips_what_was_read_once() {
+        let (_f, map) = mapping(1);
+        let announcer = Announcer::new(Some(1 << 40), 1 << 20, false);
+        announcer.announce(whole(&map, (0, 4096)));
+        assert!(announcer.not_read_once(whole(&map, (0, 4096))).is_empty());
+        let new = announcer.not_read_once(whole(&map, (4096, 8192)));
+        assert_eq!(new[0].whole, [(4096, 8192)]);
+        announcer.guess(new);
         drop(announcer);
         assert_eq!(Arc::strong_count(&map), 1);
     }

@@ -12,6 +12,7 @@
 //! Where the weights fit, every slice is resident and nothing is released.
 
 use std::cmp::Reverse;
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 
 /// Bytes kept out of the resident set for the runtime's own memory (its
@@ -94,8 +95,22 @@ pub(crate) struct Residency {
     kept_bytes: u64,
     /// The slices not in use that do not, best first.
     waiting: BTreeSet<Rank>,
+    /// Slices guessed ([`Residency::guess`]) and read, not yet announced:
+    /// each with its tensor and the tick of its guess. They are in neither
+    /// `kept` nor `waiting`, and are the first to go.
+    guessed: HashMap<Range, (Range, u64)>,
+    guessed_bytes: u64,
+    /// Guessed slices that an announcement then named, and those it
+    /// superseded or that made way for one.
+    guess_hits: u64,
+    guess_misses: u64,
     tick: u64,
 }
+
+/// Of the room the slices in use leave, the share guesses may hold, so that
+/// the slices kept from past announcements give way to a guess only so
+/// far: 1/`GUESS_SHARE`.
+const GUESS_SHARE: u64 = 2;
 
 impl Residency {
     /// For a mapping whose mapped tensors hold `mapped` bytes, under
@@ -111,6 +126,10 @@ impl Residency {
             kept: BTreeSet::new(),
             kept_bytes: 0,
             waiting: BTreeSet::new(),
+            guessed: HashMap::new(),
+            guessed_bytes: 0,
+            guess_hits: 0,
+            guess_misses: 0,
             tick: 0,
         }
     }
@@ -122,11 +141,62 @@ impl Residency {
     }
 
     /// The bytes of expert slices that may stay resident beside those in
-    /// use: the budget less the runtime's reserve, every tensor read whole
-    /// and the slices in use, which are in memory whatever is chosen.
+    /// use and those guessed: the budget less the runtime's reserve, every
+    /// tensor read whole, the slices in use, which are in memory whatever
+    /// is chosen, and the guesses read.
     fn room(&self) -> u64 {
+        self.room_beside_in_use().saturating_sub(self.guessed_bytes)
+    }
+
+    fn room_beside_in_use(&self) -> u64 {
         let whole = self.mapped.saturating_sub(self.expert_bytes);
         expert_capacity(self.budget, whole).saturating_sub(self.in_use_bytes)
+    }
+
+    /// Note a guess that `slices` of the expert tensor `tensor` are read
+    /// next (`Weights::prefetch_likely`), and return the slices to read
+    /// and those to release. A guess never takes the room of a slice in
+    /// use: it takes the room of the slices kept from past announcements,
+    /// the worst first, and no more than 1/[`GUESS_SHARE`] of what the
+    /// slices in use leave. Slices in memory already (in use, kept,
+    /// guessed) are not read again.
+    pub(crate) fn guess(&mut self, tensor: Range, slices: &[Range]) -> (Vec<Range>, Vec<Range>) {
+        if !self.exceeds_budget() {
+            return (slices.to_vec(), Vec::new());
+        }
+        self.tick += 1;
+        // A tensor guessed by its experts is an expert tensor: its bytes
+        // leave those read whole.
+        if let Entry::Vacant(first) = self.tensors.entry(tensor) {
+            first.insert(Vec::new());
+            self.expert_bytes += len(&tensor);
+        }
+        let share = self.room_beside_in_use() / GUESS_SHARE;
+        let mut read = Vec::new();
+        for &r in slices {
+            let s = self.slices.entry(r).or_default();
+            if s.in_use || self.guessed.contains_key(&r) || self.kept.contains(&s.rank(r)) {
+                continue;
+            }
+            if self.guessed_bytes + len(&r) > share {
+                break;
+            }
+            self.waiting.remove(&s.rank(r));
+            self.guessed.insert(r, (tensor, self.tick));
+            self.guessed_bytes += len(&r);
+            read.push(r);
+        }
+        (read, self.move_boundary())
+    }
+
+    /// Let go of the guess of `r`, unconfirmed: back among the slices that
+    /// wait, to be released.
+    fn drop_guess(&mut self, r: Range) {
+        if self.guessed.remove(&r).is_some() {
+            self.guessed_bytes -= len(&r);
+            self.guess_misses += 1;
+            self.waiting.insert(self.slices[&r].rank(r));
+        }
     }
 
     /// Note that `slices` of the expert tensor `tensor` are read next, and
@@ -135,6 +205,26 @@ impl Residency {
     /// not stay resident, and those that stayed and no longer do.
     pub(crate) fn announce(&mut self, tensor: Range, slices: &[Range]) -> Vec<Range> {
         self.tick += 1;
+        // The guesses of this tensor: confirmed where named, else
+        // superseded.
+        let mut unconfirmed = Vec::new();
+        for (&r, &(t, _)) in &self.guessed {
+            if t == tensor {
+                if slices.contains(&r) {
+                    self.guess_hits += 1;
+                } else {
+                    unconfirmed.push(r);
+                }
+            }
+        }
+        for &r in slices {
+            if self.guessed.remove(&r).is_some() {
+                self.guessed_bytes -= len(&r);
+            }
+        }
+        for &r in &unconfirmed {
+            self.drop_guess(r);
+        }
         let last = match self.tensors.get_mut(&tensor) {
             Some(last) => std::mem::take(last),
             None => {
@@ -175,7 +265,23 @@ impl Residency {
             }
         }
         self.tensors.insert(tensor, slices.to_vec());
+        // Guesses are the first to go when the slices in use need room:
+        // the oldest first.
+        while self.guessed_bytes > self.room_beside_in_use() {
+            let oldest = self
+                .guessed
+                .iter()
+                .min_by_key(|(r, (_, tick))| (*tick, **r));
+            let oldest = *oldest.expect("guessed bytes are guessed slices'").0;
+            self.drop_guess(oldest);
+            unconfirmed.push(oldest);
+        }
         let mut release = self.move_boundary();
+        release.extend(
+            unconfirmed
+                .into_iter()
+                .filter(|r| !self.kept.contains(&self.slices[r].rank(*r))),
+        );
         for r in done {
             if !self.kept.contains(&self.slices[&r].rank(r)) && !release.contains(&r) {
                 release.push(r);
@@ -207,6 +313,13 @@ impl Residency {
         // (A slice demoted and taken back in one move was never let go.)
         demoted.retain(|r| !self.kept.contains(&self.slices[r].rank(*r)));
         demoted
+    }
+
+    /// How many guessed slices an announcement named, and how many it
+    /// superseded or made way for.
+    #[cfg(test)]
+    fn guesses(&self) -> (u64, u64) {
+        (self.guess_hits, self.guess_misses)
     }
 
     /// The slices in use (every tensor's last announcement's), and those
@@ -367,6 +480,112 @@ mod tests {
                 assert!(released.contains(lost), "step {step}: {lost:?} kept");
             }
         }
+    }
+
+    #[test]
+    fn a_guess_takes_the_room_of_kept_slices_never_of_those_in_use() {
+        let (t, e) = slices(0);
+        let (u, f) = slices(4);
+        // Room for four 1 MiB slices beside 8 MiB of expert tensors.
+        let budget = RUNTIME_RESERVE + 4 * MIB as u64;
+        let mut r = Residency::new(Some(budget), 8 * MIB as u64);
+        r.announce(t, &[e[0]]);
+        r.announce(t, &[e[1]]);
+        r.announce(t, &[e[2]]);
+        r.announce(u, &[f[0]]);
+        // In use: e2, f0; kept: e0, e1 (the room is full).
+        assert_eq!(r.in_memory().1, HashSet::from([e[0], e[1]]));
+        // A guess of f1, f2 and f3: the room left beside the slices in use
+        // is 2 MiB, of which guesses hold at most half.
+        let (read, released) = r.guess(u, &[f[1], f[2], f[3]]);
+        assert_eq!(read, [f[1]]);
+        assert_eq!(released.len(), 1, "{released:?}");
+        assert!(e[..2].contains(&released[0]));
+        let (in_use, kept) = r.in_memory();
+        assert_eq!(in_use, HashSet::from([e[2], f[0]]));
+        assert_eq!(kept.len(), 1);
+        // Slices in memory already are not read again.
+        assert_eq!(r.guess(t, &[e[2], e[0], e[1]]).0.len(), 0);
+        // The next announcement of u names f1: a hit, and f1 is in use.
+        r.announce(u, &[f[1]]);
+        assert_eq!(r.guesses(), (1, 0));
+        assert!(r.in_memory().0.contains(&f[1]));
+    }
+
+    #[test]
+    fn what_was_guessed_and_not_announced_goes_first() {
+        let (t, e) = slices(0);
+        // 1 MiB read whole beside t: room for 3 MiB of slices.
+        let budget = RUNTIME_RESERVE + 4 * MIB as u64;
+        let mut r = Residency::new(Some(budget), 5 * MIB as u64);
+        r.announce(t, &[e[0]]);
+        assert_eq!(r.guess(t, &[e[1]]).0, [e[1]]);
+        // The tensor's next announcement supersedes the guess. There is
+        // room for e1 beside e0 (its use over), and so it stays, ranked
+        // last: the next that needs room takes its place first.
+        assert!(r.announce(t, &[e[2]]).is_empty());
+        assert_eq!(r.guesses(), (0, 1));
+        assert_eq!(r.in_memory().1, HashSet::from([e[0], e[1]]));
+        assert_eq!(r.announce(t, &[e[3]]), [e[1]]);
+        assert_eq!(r.in_memory().1, HashSet::from([e[0], e[2]]));
+        // Guesses that the slices in use then need the room of go first,
+        // the oldest first. Room for 5 MiB of slices.
+        let (u, f) = slices(4);
+        let budget = RUNTIME_RESERVE + 5 * MIB as u64;
+        let mut r = Residency::new(Some(budget), 8 * MIB as u64);
+        r.announce(u, &[f[0]]);
+        assert_eq!(r.guess(t, &[e[0]]).0, [e[0]]);
+        assert_eq!(r.guess(t, &[e[1]]).0, [e[1]]);
+        let released = r.announce(u, &f);
+        assert_eq!(released, [e[0]]);
+        assert_eq!(r.announce(t, &[e[2]]), [e[1]]);
+        assert_eq!(r.guesses(), (0, 2));
+    }
+
+    #[test]
+    fn guesses_never_hold_more_than_the_room() {
+        // As the test above with announcements, with guesses of the next
+        // tensor's slices between them, right half the time.
+        let tensors = [slices(0), slices(4)];
+        let budget = RUNTIME_RESERVE + 6 * MIB as u64;
+        let mut r = Residency::new(Some(budget), 8 * MIB as u64);
+        let mut cached = HashSet::new();
+        let mut seed = 5u64;
+        let mut next = |n: usize| {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) as usize % n
+        };
+        for step in 0..2000 {
+            let (t, e) = tensors[step % 2];
+            let named = vec![e[next(4)]];
+            let guess = if next(2) == 0 {
+                named.clone()
+            } else {
+                vec![e[next(4)]]
+            };
+            let (read, released) = r.guess(t, &guess);
+            cached.extend(read);
+            for gone in released {
+                cached.remove(&gone);
+            }
+            cached.extend(named.iter().copied());
+            for gone in r.announce(t, &named) {
+                assert!(
+                    !named.contains(&gone),
+                    "step {step}: released {gone:?} in use"
+                );
+                cached.remove(&gone);
+            }
+            let (in_use, kept) = r.in_memory();
+            let guessed: HashSet<Range> = r.guessed.keys().copied().collect();
+            let held: HashSet<Range> = in_use.union(&kept).chain(&guessed).copied().collect();
+            assert!(bytes(&held) <= 6 * MIB as u64, "step {step}");
+            assert!(cached.is_subset(&held), "step {step}: {cached:?} {held:?}");
+        }
+        let (hits, misses) = r.guesses();
+        assert!(hits > 0 && misses > 0, "{hits} {misses}");
     }
 
     #[test]

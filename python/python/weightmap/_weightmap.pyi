@@ -61,13 +61,17 @@ class Weights:
         owned_bytes, owned_huge (None where this platform cannot tell), and
         reread_bytes (what the prefetch re-read)."""
     def prefetch(
-        self, needs: Sequence[Union[str, int, Tuple[Union[str, int], Sequence[int]]]]
+        self,
+        needs: Sequence[Union[str, int, Tuple[Union[str, int], Sequence[int]]]],
+        likely: bool = False,
     ) -> None:
         """Announce what the runtime reads next: each need a tensor (name or
         index), or a (tensor, experts) pair whose experts' slices are read.
         Their reads are queued; returns without waiting for them. KeyError (name),
         IndexError (index) or weightmap.Error (expert) for a need that is
-        not there, and then nothing is read."""
+        not there, and then nothing is read. With likely=True the needs are
+        a guess (a predictor's), read only with spare time and room, never
+        before or at the cost of what was announced."""
     def close(self) -> None: ...
     def __enter__(self) -> "Weights": ...
     def __exit__(

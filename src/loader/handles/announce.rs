@@ -1,6 +1,7 @@
 //! What a runtime announces it reads next ([`Need`]), and
-//! [`Weights::prefetch`], which checks every announcement and hands the
-//! mapped bytes to the page plan's announcer to read ahead.
+//! [`Weights::prefetch`] and [`Weights::prefetch_likely`], which check
+//! every announcement or guess and hand the mapped bytes to the page plan's
+//! announcer to read ahead.
 
 use std::sync::Arc;
 
@@ -76,6 +77,58 @@ impl Weights {
     /// [`Error::NoSuchExpert`] for an expert the tensor does not hold; then
     /// nothing is read ahead.
     pub fn prefetch(&self, needs: &[Need<'_>]) -> Result<()> {
+        let announced = self.announced(needs)?;
+        if !announced.is_empty() {
+            self.announcer().announce(announced);
+        }
+        Ok(())
+    }
+
+    /// Announce what the runtime expects to read but is not sure of: a
+    /// predictor's guess of the experts a router will choose (C:
+    /// `wm_prefetch_likely`). Read ahead with the device's spare time and
+    /// the budget's spare room only, never before, or at the cost of, what
+    /// [`Weights::prefetch`] announced:
+    /// - a guess is read only when no announcement waits to be;
+    /// - over the budget, guessed slices take the room of those kept from
+    ///   past announcements (the least used first, and at most half of
+    ///   the room the slices in use leave), never of a slice in use;
+    /// - a later [`Weights::prefetch`] of the same tensor supersedes its
+    ///   guesses: those it does not name are the first to go.
+    ///
+    /// Returns at once; where the weights' thread cannot run, nothing is
+    /// read. Needs are checked as [`Weights::prefetch`] checks them.
+    ///
+    /// ```
+    /// use weightmap::{gguf::Writer, LoadOptions, Need, TensorType, Weights};
+    /// # fn main() -> weightmap::Result<()> {
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("moe.gguf");
+    /// let mut w = Writer::new(32);
+    /// w.tensor("blk.1.ffn_up_exps.weight", TensorType::F32, &[8, 2, 4], vec![0; 256]);
+    /// w.write_with(std::fs::File::create(&path).unwrap(), |_, _| {}).unwrap();
+    /// // SAFETY: nothing modifies or truncates the file while `weights` lives.
+    /// let weights = unsafe { Weights::load(&path, &LoadOptions::default())? };
+    /// let up = weights.tensor_index("blk.1.ffn_up_exps.weight").unwrap();
+    /// // A predictor expects layer 1's router to choose experts 0 and 2.
+    /// weights.prefetch_likely(&[Need::experts(up, &[0, 2])])?;
+    /// // The router chose 2 and 3.
+    /// weights.prefetch(&[Need::experts(up, &[2, 3])])?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Weights::prefetch`]; then nothing is read ahead.
+    pub fn prefetch_likely(&self, needs: &[Need<'_>]) -> Result<()> {
+        let guessed = self.announced(needs)?;
+        if !guessed.is_empty() {
+            self.announcer().guess(guessed);
+        }
+        Ok(())
+    }
+
+    /// The mapped ranges `needs` name, by mapping, every need checked.
+    fn announced(&self, needs: &[Need<'_>]) -> Result<Vec<Announced>> {
         let mut announced: Vec<Announced> = Vec::new();
         for need in needs {
             let Some(t) = self.tensor_at(need.tensor) else {
@@ -130,9 +183,6 @@ impl Weights {
                 slices.dedup();
             }
         }
-        if !announced.is_empty() {
-            self.announcer().announce(announced);
-        }
-        Ok(())
+        Ok(announced)
     }
 }
