@@ -165,7 +165,19 @@ static inline int wm_ggml_place(wm_weights *w, ggml_backend_buffer_type_t buft, 
  * `next`/`next_data`: it is asked about every node and shown those it
  * asked for, and its answer ends the compute as before. `on_announce`, when
  * set, is told each announcement (the tensor's index, and its experts or
- * none for the whole tensor): a log, or a test's check. */
+ * none for the whole tensor): a log, or a test's check.
+ *
+ * The predictor (over the budget; `predict`, on by default, turns it off).
+ * A layer's experts are known only once its router has run, and their
+ * reads then hold up the compute. So when a node named "attn_norm-L"
+ * (llama.cpp's name for layer L's normalised input) has computed, the
+ * announcer applies layer L's router (blk.L.ffn_gate_inp.weight, F32) to
+ * its last row, takes the top k (the file's expert_used_count, else the
+ * k of the last mul_mat_id seen), and announces those experts of layer L's
+ * expert tensors as likely (wm_prefetch_likely): they are read while the
+ * attention computes, with the spare time and room only. The true experts
+ * follow as above; of each layer's distinct true experts, those guessed
+ * count in predicted_hits and the rest in predicted_misses. */
 
 struct wm_ggml_announcer {
     const wm_weights *w;
@@ -178,6 +190,9 @@ struct wm_ggml_announcer {
     uint64_t announced;                       /* wm_prefetch calls that succeeded */
     uint64_t ids_unread;                      /* mul_mat_ids whose experts could not be told */
     int last_error;                           /* the last failing call's code, or WM_OK */
+    int predict;                              /* 1 (set by init): guess a layer's experts */
+    uint64_t predicted;                       /* layers guessed */
+    uint64_t predicted_hits, predicted_misses; /* true experts guessed, and not */
     /* its state */
     int over_budget;                          /* the weights exceed the budget */
     uint64_t n, n_slots, *slots;              /* name -> index + 1, open addressing */
@@ -188,6 +203,11 @@ struct wm_ggml_announcer {
     int32_t *scratch;                         /* the experts of one mul_mat_id */
     uint64_t scratch_len;
     bool next_asked;
+    int64_t guess_k;                          /* the router's k, 0 while unknown */
+    int64_t guessed_layer;                    /* the layer of `guessed`, or -1 */
+    uint8_t *guessed;                         /* by expert: guessed for guessed_layer */
+    float *guess_scratch;                     /* a row, then the router's logits */
+    uint64_t guessed_len, guess_scratch_len;
 };
 
 static inline uint64_t wm_ggml__hash(const char *s) {
@@ -201,7 +221,18 @@ static inline void wm_ggml_announcer_free(struct wm_ggml_announcer *a) {
     free(a->names);
     free(a->announced_whole);
     free(a->scratch);
+    free(a->guessed);
+    free(a->guess_scratch);
     memset(a, 0, sizeof *a);
+}
+
+/* The index of the tensor named `name`, or -1. */
+static inline int64_t wm_ggml__index(const struct wm_ggml_announcer *a, const char *name) {
+    for (uint64_t s = wm_ggml__hash(name) & (a->n_slots - 1); a->slots[s]; s = (s + 1) & (a->n_slots - 1)) {
+        uint64_t i = a->slots[s] - 1;
+        if (strcmp(a->names[i], name) == 0) return (int64_t)i;
+    }
+    return -1;
 }
 
 static inline int wm_ggml_announcer_init(struct wm_ggml_announcer *a, const wm_weights *w) {
@@ -229,19 +260,27 @@ static inline int wm_ggml_announcer_init(struct wm_ggml_announcer *a, const wm_w
         while (a->slots[s]) s = (s + 1) & (a->n_slots - 1);
         a->slots[s] = i + 1;
     }
-    if (rc != WM_OK) wm_ggml_announcer_free(a);
-    return rc;
+    if (rc != WM_OK) {
+        wm_ggml_announcer_free(a);
+        return rc;
+    }
+    a->predict = 1;
+    a->guessed_layer = -1;
+    const char *arch;
+    uint64_t arch_len, k;
+    char key[96];
+    if (wm_meta_str(w, "general.architecture", &arch, &arch_len) == WM_OK && arch_len < 64) {
+        snprintf(key, sizeof key, "%.*s.expert_used_count", (int)arch_len, arch);
+        if (wm_meta_u64(w, key, &k) == WM_OK && k > 0 && k < 4096) a->guess_k = (int64_t)k;
+    }
+    return WM_OK;
 }
 
 /* The index of the weight `t` is (or views), or -1 when it is none. */
 static inline int64_t wm_ggml__weight(const struct wm_ggml_announcer *a, const struct ggml_tensor *t) {
     if (t->view_src) t = t->view_src;
     if (t->op != GGML_OP_NONE || !t->name[0]) return -1;
-    for (uint64_t s = wm_ggml__hash(t->name) & (a->n_slots - 1); a->slots[s]; s = (s + 1) & (a->n_slots - 1)) {
-        uint64_t i = a->slots[s] - 1;
-        if (strcmp(a->names[i], t->name) == 0) return (int64_t)i;
-    }
-    return -1;
+    return wm_ggml__index(a, t->name);
 }
 
 static inline void wm_ggml__prefetch(struct wm_ggml_announcer *a, uint64_t i, const int32_t *experts, uint32_t k) {
@@ -263,6 +302,21 @@ static inline bool wm_ggml__ids_ready(const struct wm_ggml_announcer *a, const s
     for (unsigned j = 0; j < 8; j++)
         if (a->computed[j] == root) return true;
     return false;
+}
+
+/* Score the guess of the layer whose expert tensor `weight` is against the
+ * true experts `distinct` (n of them), once a layer. */
+static inline void wm_ggml__score(struct wm_ggml_announcer *a, uint64_t weight, const int32_t *distinct, uint32_t n) {
+    char prefix[32];
+    if (a->guessed_layer < 0) return;
+    int len = snprintf(prefix, sizeof prefix, "blk.%lld.", (long long)a->guessed_layer);
+    if (strncmp(a->names[weight], prefix, (size_t)len) != 0) return;
+    for (uint32_t j = 0; j < n; j++) {
+        bool hit = (uint64_t)distinct[j] < a->guessed_len && a->guessed[distinct[j]];
+        a->predicted_hits += hit;
+        a->predicted_misses += !hit;
+    }
+    a->guessed_layer = -1;
 }
 
 /* Announce the experts that mul_mat_id `t`'s ids name, of weight `i`;
@@ -295,6 +349,8 @@ static inline bool wm_ggml__announce_experts(struct wm_ggml_announcer *a, const 
         }
     }
     wm_ggml__prefetch(a, i, distinct, n);
+    if (a->guess_k <= 0) a->guess_k = k;
+    wm_ggml__score(a, i, distinct, n);
     return true;
 }
 
@@ -304,10 +360,90 @@ static inline bool wm_ggml__computes_ids(const struct ggml_tensor *t) {
     return t->type == GGML_TYPE_I32 && t->op != GGML_OP_NONE && !t->view_src;
 }
 
+/* The layer whose normalised input `t` is ("attn_norm-L"), when the
+ * predictor can guess that layer's experts (its router is an F32 weight of
+ * weightmap's whose rows are t's); else -1. */
+static inline int64_t wm_ggml__guessable(const struct wm_ggml_announcer *a, const struct ggml_tensor *t,
+                                         wm_tensor *router) {
+    char *end;
+    if (!a->over_budget || !a->predict || a->guess_k <= 0 || strncmp(t->name, "attn_norm-", 10) != 0) return -1;
+    long layer = strtol(t->name + 10, &end, 10);
+    char name[64];
+    if (*end || end == t->name + 10 || layer < 0) return -1;
+    snprintf(name, sizeof name, "blk.%ld.ffn_gate_inp.weight", layer);
+    int64_t i = wm_ggml__index(a, name);
+    if (i < 0 || wm_tensor_at(a->w, (uint64_t)i, router) != WM_OK) return -1;
+    if (router->ggml_type != GGML_TYPE_F32 || router->ne[0] != t->ne[0] || router->ne[1] < a->guess_k ||
+        t->type != GGML_TYPE_F32 || t->nb[0] != sizeof(float) || !t->buffer)
+        return -1;
+    return layer;
+}
+
+/* Guess layer `layer`'s experts from its normalised input `t`, computed:
+ * its router on t's last row, the top guess_k, announced likely for the
+ * layer's expert tensors. */
+static inline void wm_ggml__guess(struct wm_ggml_announcer *a, const struct ggml_tensor *t, int64_t layer,
+                                  const wm_tensor *router) {
+    int64_t n_embd = router->ne[0], n_expert = router->ne[1], k = a->guess_k;
+    uint64_t need = (uint64_t)(n_embd + n_expert);
+    if (a->guess_scratch_len < need) {
+        float *m = (float *)realloc(a->guess_scratch, (size_t)need * sizeof(float));
+        if (!m) return;
+        a->guess_scratch = m;
+        a->guess_scratch_len = need;
+    }
+    if (a->guessed_len < (uint64_t)n_expert) {
+        uint8_t *m = (uint8_t *)realloc(a->guessed, (size_t)n_expert);
+        if (!m) return;
+        a->guessed = m;
+        a->guessed_len = (uint64_t)n_expert;
+    }
+    float *x = a->guess_scratch, *logit = x + n_embd;
+    int64_t rows = ggml_nrows(t);
+    ggml_backend_tensor_get((struct ggml_tensor *)t, x, (size_t)((rows - 1) * t->nb[1]), (size_t)n_embd * sizeof(float));
+    const float *wr = (const float *)router->data;
+    for (int64_t e = 0; e < n_expert; e++) {
+        float sum = 0;
+        for (int64_t j = 0; j < n_embd; j++) sum += wr[e * (int64_t)(router->nb[1] / sizeof(float)) + j] * x[j];
+        logit[e] = sum;
+    }
+    /* the top k, by selection: k and n_expert are small */
+    int32_t *experts = a->scratch_len >= (uint64_t)k ? a->scratch : NULL;
+    if (!experts) {
+        experts = (int32_t *)realloc(a->scratch, (size_t)k * sizeof(int32_t));
+        if (!experts) return;
+        a->scratch = experts;
+        a->scratch_len = (uint64_t)k;
+    }
+    memset(a->guessed, 0, (size_t)n_expert);
+    for (int64_t j = 0; j < k; j++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < n_expert; e++)
+            if (!a->guessed[e] && (best < 0 || logit[e] > logit[best])) best = e;
+        a->guessed[best] = 1;
+        experts[j] = (int32_t)best;
+    }
+    static const char *exps[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    char name[64];
+    for (int s = 0; s < 3; s++) {
+        snprintf(name, sizeof name, "blk.%lld.%s.weight", (long long)layer, exps[s]);
+        int64_t i = wm_ggml__index(a, name);
+        if (i < 0) continue;
+        wm_need guess = {(uint64_t)i, experts, (uint32_t)k};
+        int rc = wm_prefetch_likely(a->w, &guess, 1);
+        if (rc != WM_OK) a->last_error = rc;
+    }
+    a->guessed_layer = layer;
+    a->predicted++;
+}
+
 static inline bool wm_ggml_announce(struct ggml_tensor *t, bool ask, void *user_data) {
     struct wm_ggml_announcer *a = (struct wm_ggml_announcer *)user_data;
+    wm_tensor router;
+    int64_t layer = wm_ggml__guessable(a, t, &router);
     if (!ask) {
         if (wm_ggml__computes_ids(t)) a->computed[a->computed_next++ % 8] = t;
+        if (layer >= 0) wm_ggml__guess(a, t, layer, &router);
         return a->next && a->next_asked ? a->next(t, false, a->next_data) : true;
     }
     if (a->over_budget && t->op == GGML_OP_MUL_MAT_ID) {
@@ -322,7 +458,7 @@ static inline bool wm_ggml_announce(struct ggml_tensor *t, bool ask, void *user_
         wm_ggml__prefetch(a, (uint64_t)i, NULL, 0);
     }
     a->next_asked = a->next ? a->next(t, true, a->next_data) : false;
-    return (a->over_budget && wm_ggml__computes_ids(t)) || a->next_asked;
+    return (a->over_budget && wm_ggml__computes_ids(t)) || layer >= 0 || a->next_asked;
 }
 
 #endif /* WEIGHTMAP_GGML_H */

@@ -56,6 +56,7 @@ struct run {
     int whole_any;                       /* announcements of any tensor whole */
     uint64_t asked;                      /* nodes the chained callback was asked about */
     uint64_t n_nodes;
+    uint64_t predicted, hits, misses;    /* the predictor's layers, and its score */
 };
 
 static void on_announce(void *data, uint64_t tensor, const int32_t *experts, uint32_t n) {
@@ -97,8 +98,8 @@ static uint64_t index_of(wm_weights *w, const char *name) {
     exit(1);
 }
 
-/* Compute the graph on `w`'s tensors, with the announcer when `hooked`,
- * into `r`. */
+/* Compute the graph on `w`'s tensors, with the announcer when `hooked`
+ * (2: with its predictor turned off), into `r`. */
 static void compute(wm_weights *w, int hooked, struct run *r) {
     static const char *exps[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
     memset(r, 0, sizeof *r);
@@ -117,8 +118,12 @@ static void compute(wm_weights *w, int hooked, struct run *r) {
     for (int l = 0; l < LAYERS; l++) {
         snprintf(name, sizeof name, "blk.%d.attn_q.weight", l);
         x = ggml_add(ctx, x, ggml_mul_mat(ctx, weight(&g, name), x));
+        /* The layer's normalised input, named as llama.cpp names it: the
+         * predictor applies the router to it. */
+        struct ggml_tensor *xn = ggml_rms_norm(ctx, x, 1e-5f);
+        ggml_format_name(xn, "attn_norm-%d", l);
         snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", l);
-        struct ggml_tensor *probs = ggml_soft_max(ctx, ggml_mul_mat(ctx, weight(&g, name), x));
+        struct ggml_tensor *probs = ggml_soft_max(ctx, ggml_mul_mat(ctx, weight(&g, name), xn));
         ids[l] = ggml_top_k(ctx, probs, USED);
         ggml_set_output(ids[l]);
         struct ggml_tensor *as[3];
@@ -150,6 +155,7 @@ static void compute(wm_weights *w, int hooked, struct run *r) {
         a.on_announce_data = r;
         a.next = runtime_callback;
         a.next_data = r;
+        a.predict = hooked == 1;
         ggml_backend_sched_set_eval_callback(sched, wm_ggml_announce, &a);
     }
     CHECK(ggml_backend_sched_alloc_graph(sched, gf), "ggml_backend_sched_alloc_graph");
@@ -164,6 +170,9 @@ static void compute(wm_weights *w, int hooked, struct run *r) {
         CHECK(a.last_error == WM_OK, "an announcement failed: %d %s", a.last_error, wm_last_error());
         CHECK(a.ids_unread == 0, "%" PRIu64 " mul_mat_ids' ids unread", a.ids_unread);
         CHECK(a.announced > 0, "nothing announced");
+        r->predicted = a.predicted;
+        r->hits = a.predicted_hits;
+        r->misses = a.predicted_misses;
         wm_ggml_announcer_free(&a);
     }
     ggml_backend_sched_free(sched);
@@ -233,6 +242,27 @@ int main(int argc, char **argv) {
     CHECK(run.whole_any == fits_whole - LAYERS * 3, "over the budget: %d tensors announced whole, %d where they fit",
           run.whole_any, fits_whole);
     CHECK(run.asked == run.n_nodes, "over: asked about %" PRIu64 " of %" PRIu64 " nodes", run.asked, run.n_nodes);
+
+    /* The predictor guessed each layer from its normalised input, the
+     * router's own input: the last token's experts, exactly, are guessed;
+     * the other tokens' are scored as misses where the last did not
+     * choose them. */
+    uint64_t chosen = 0;
+    for (int l = 0; l < LAYERS; l++) {
+        uint8_t seen[64] = {0};
+        for (int j = 0; j < TOKENS * USED; j++)
+            if (run.ids[l][j] >= 0 && run.ids[l][j] < 64 && !seen[run.ids[l][j]]++) chosen++;
+    }
+    CHECK(run.predicted == LAYERS, "the predictor guessed %" PRIu64 " of %d layers", run.predicted, LAYERS);
+    CHECK(run.hits >= (uint64_t)(LAYERS * USED) && run.hits + run.misses == chosen,
+          "the predictor: %" PRIu64 " hits and %" PRIu64 " misses of %" PRIu64 " experts chosen", run.hits,
+          run.misses, chosen);
+    printf("over the budget, the predictor: %" PRIu64 " of %" PRIu64 " chosen experts guessed\n", run.hits, chosen);
+    struct run off;
+    compute(over, 2, &off);
+    CHECK(memcmp(ref.out, off.out, sizeof ref.out) == 0, "predictor off: the output differs");
+    CHECK(off.predicted == 0 && off.hits + off.misses == 0, "predictor off: %" PRIu64 " layers guessed",
+          off.predicted);
 
     int announced = 0;
     for (int e = 0; e < 64; e++) announced += run.announced[0][0][e];
