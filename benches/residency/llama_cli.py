@@ -15,13 +15,16 @@ run.sh builds one under target/llama-cli). The modes:
   no-repack  llama-cli --no-repack: its own mapping alone;
   weightmap  llama-cli --weightmap, which over the budget also stops the
              repacking (the tokens are then no-repack's).
-Each run generates --tokens tokens, seeded, from one prompt (single turn);
+MODE@LLAMA_CLI in --modes runs MODE with another build of llama-cli (one
+without the predictor, say), side by side. Each run generates --tokens
+tokens, seeded, from one prompt (single turn);
 a run in a cgroup that has not ended after --timeout seconds is killed and
 counted as failed.
 Reports per mode the medians of llama-cli's own generation and prompt
 speeds and of the whole run's wall time (load included), the OOM kills, and
 whether the tokens are the in-memory run's of the same kernels (plain's
-for plain, and for weightmap where it fits; no-repack's otherwise). On the
+for plain, and for weightmap where it fits; no-repack's otherwise), and
+over the budget the hook's predictor's score (its log line at exit). On the
 files benches/residency/moe_gguf.py writes the weights are SYNTHETIC: the
 tokens mean nothing, but must be the same.
 """
@@ -42,6 +45,7 @@ EXTRA = []  # --llama-args
 FLAGS = {"plain": [], "no-repack": ["--no-repack"], "weightmap": ["--weightmap"]}
 TIMINGS = re.compile(r"\[ Prompt: ([0-9.]+) t/s \| Generation: ([0-9.]+) t/s \]")
 PLAN = re.compile(r"weightmap [^:]*: (fits|stream_experts|stream_all)")
+GUESSES = re.compile(r"(\d+) layers guessed, (\d+) of (\d+) chosen experts")
 
 
 def parse(started):
@@ -52,7 +56,9 @@ def parse(started):
         answer = out.split("\n> " + PROMPT + "\n", 1)[-1].split("\n[ Prompt:", 1)[0].strip()
         m = TIMINGS.search(out)
         plan = PLAN.search(proc.stderr)
+        guesses = GUESSES.search(proc.stderr)
         return {"wall_s": time.perf_counter() - started, "tokens": answer,
+                "guessed": [int(g) for g in guesses.groups()] if guesses else None,
                 "prompt_tok_s": float(m.group(1)) if m else None,
                 "tok_s": float(m.group(2)) if m else None,
                 "plan": plan.group(1) if plan else None}
@@ -60,7 +66,9 @@ def parse(started):
 
 
 def generate(cli, model, tokens, mode, limit=None, timeout=None):
-    cmd = [cli, "-m", model, "-p", PROMPT, "-n", str(tokens), "--seed", "46", "-st", "-c", "512",
+    # MODE@LLAMA_CLI: that mode with another build, side by side.
+    mode, _, other = mode.partition("@")
+    cmd = [other or cli, "-m", model, "-p", PROMPT, "-n", str(tokens), "--seed", "46", "-st", "-c", "512",
            "-t", "2", "--simple-io", "-v", *EXTRA, *FLAGS[mode]]
     r, kills = run_in_cgroup(cmd, limit, parse(time.perf_counter()), timeout)
     r["oom_kills"] = kills
@@ -76,11 +84,17 @@ def report(label, runs, reference):
             print(f"  {label:10s} {mode:9s} failed in every run ({why}), OOM kills {kills}")
             continue
         med = lambda k: statistics.median(r[k] for r in ok)
-        ref = reference(mode, ok[0]["plan"])
+        ref = reference(mode.partition("@")[0], ok[0]["plan"])
         same = all(r["tokens"] == ref for r in ok)
         print(f"  {label:10s} {mode:9s} {med('tok_s'):7.2f} tok/s  prompt {med('prompt_tok_s'):7.2f} tok/s  "
               f"wall {med('wall_s'):6.2f} s  plan {ok[0]['plan'] or '-':14s} tokens "
               f"{'same' if same else 'DIFFER'}  OOM kills {kills}  runs {len(ok)}/{len(rs)}")
+        if ok[0]["guessed"]:
+            # The hook's predictor, over every run: its layers guessed, and
+            # of the experts llama.cpp's router chose, those guessed.
+            layers, hits, chosen = (sum(r["guessed"][i] for r in ok) for i in range(3))
+            print(f"  {'':10s} {'':9s} predictor: {layers} layers guessed, {hits} of {chosen} chosen experts "
+                  f"guessed ({hits / max(chosen, 1):.0%})")
 
 
 def main():

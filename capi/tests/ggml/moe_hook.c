@@ -19,7 +19,11 @@
  * budget, the experts announced for each expert tensor must be exactly
  * those the graph's ids name (read back after the compute), announced once
  * a compute, with no ids left unread and no failing call. A runtime's own
- * callback chained behind the announcer is asked about every node.
+ * callback chained behind the announcer is asked about every node. Each
+ * layer's router reads its normalised input, named "attn_norm-L" as
+ * llama.cpp names it: over the budget, the announcer's predictor (turned
+ * on) guesses every layer, the last token's experts among its guesses;
+ * turned off, it guesses none; the output is the same either way.
  *
  * Usage: ggml_moe_hook MOE.gguf
  * Prints "N passed, N failed" and a PASS or FAIL line; exits nonzero on
@@ -99,7 +103,7 @@ static uint64_t index_of(wm_weights *w, const char *name) {
 }
 
 /* Compute the graph on `w`'s tensors, with the announcer when `hooked`
- * (2: with its predictor turned off), into `r`. */
+ * (1: its predictor on; 2: off), into `r`. */
 static void compute(wm_weights *w, int hooked, struct run *r) {
     static const char *exps[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
     memset(r, 0, sizeof *r);
