@@ -19,6 +19,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use super::plan::{merge, read_only_as_announced};
 use super::residency::{exceeds_budget, Range, Residency};
@@ -185,6 +186,26 @@ impl Queue {
             }
             w = self.changed.wait(w).unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    /// Put back `g`, taken and not read, to go first among the guesses,
+    /// unless an announcement that waits supersedes it.
+    fn put_back_guess(&self, g: Announced) {
+        let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        if !w.announced.iter().any(|a| a.shares_an_expert_tensor(&g)) {
+            w.guessed.push_front(g);
+        }
+    }
+
+    /// Whether an announcement waits, or the queue closed, within
+    /// `timeout`.
+    fn announced_within(&self, timeout: Duration) -> bool {
+        let w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let (w, _) = self
+            .changed
+            .wait_timeout_while(w, timeout, |w| w.announced.is_empty() && !w.closed)
+            .unwrap_or_else(|e| e.into_inner());
+        !w.announced.is_empty() || w.closed
     }
 
     /// Abandon what waits and stop the thread.
@@ -444,43 +465,150 @@ fn last_page_resident(map: &crate::os::Mapping, r: &Range) -> bool {
 /// because the runtime is about to compute on them: a page it reaches
 /// before its read is queued costs a fault that reads that page alone.
 fn serve(queue: &Queue, mut residency: Residency, reads: Reads) {
+    let mut in_flight = InFlight::default();
     while let Some(work) = queue.pop() {
         match work {
-            Work::Announced(a) => serve_announced(&a, &mut residency, reads),
-            Work::Guessed(g) => serve_guessed(&g, &mut residency, reads),
+            Work::Announced(a) => {
+                serve_announced(&a, &mut residency, reads);
+                in_flight.note(&a, reads);
+            }
+            Work::Guessed(g) => serve_guessed(g, queue, &mut in_flight, &mut residency, reads),
         }
     }
 }
 
-/// Read a guess ahead: its tensors read whole as an announcement's, and
-/// its expert slices where the weights fit, or over the budget those the
-/// residency gives room to, releasing what they take the room of.
-fn serve_guessed(g: &Announced, residency: &mut Residency, reads: Reads) {
-    let whole = Reads {
-        whole: reads.whole,
-        slices: false,
-    };
-    read_ahead(g, whole);
-    if !residency.exceeds_budget() {
-        read_ahead(
-            g,
-            Reads {
-                whole: false,
-                slices: true,
-            },
-        );
-        return;
+/// How long a guess waits for the reads before it, at most: a
+/// read that has not come in by then was most likely taken again by
+/// reclaim, and is no longer in flight.
+const GUESS_WAIT: Duration = Duration::from_millis(100);
+
+/// The ranges the thread has read ahead and not yet seen in memory. A
+/// guess is read with the device's spare time only: queued behind these,
+/// or with many of its own pieces, its reads would hold up what the runtime
+/// announces next, as a device reads in the order it is asked.
+#[derive(Debug, Default)]
+struct InFlight {
+    ranges: Vec<(Arc<Mapping>, Range)>,
+}
+
+impl InFlight {
+    /// Note the reads of `a`, the latest announcement: those `thread_reads`
+    /// says the thread queued, and the slices the announcing call queued
+    /// over the budget. They replace what was noted: a device reads in
+    /// about the order it is asked, so the earlier reads are in once these
+    /// are, and checking only these keeps the look the same size however
+    /// long no guess comes.
+    fn note(&mut self, a: &Announced, thread_reads: Reads) {
+        let queued = Reads {
+            whole: thread_reads.whole,
+            slices: true,
+        };
+        let ranges = reads(a, queued).into_iter();
+        self.ranges = ranges.map(|r| (Arc::clone(&a.map), r)).collect();
     }
-    let base = g.map.addr();
-    for (tensor, slices) in &g.experts {
-        let at: Vec<Range> = slices.iter().map(|r| (base + r.0, base + r.1)).collect();
-        let (read, release) = residency.guess((base + tensor.0, base + tensor.1), &at);
-        for (start, end) in merge(read) {
-            g.map.will_need(start - base, end - base);
+
+    /// Wait until the reads are in, or [`GUESS_WAIT`] has passed: `true`;
+    /// `false` as soon as an announcement waits, which goes first.
+    fn wait(&mut self, queue: &Queue) -> bool {
+        let start = Instant::now();
+        loop {
+            self.ranges.retain(|(map, r)| !last_page_resident(map, r));
+            if self.ranges.is_empty() || start.elapsed() >= GUESS_WAIT {
+                self.ranges.clear();
+                return true;
+            }
+            if queue.announced_within(Duration::from_millis(1)) {
+                return false;
+            }
         }
-        for (start, end) in release {
-            // Advisory: a failure leaves the pages to reclaim.
-            let _ = g.map.release(start - base, end - base);
+    }
+}
+
+/// One read of a guess: a tensor read whole, or one slice of an expert
+/// tensor.
+#[derive(Clone, Copy, Debug)]
+enum Piece {
+    Whole(Range),
+    Slice { tensor: Range, slice: Range },
+}
+
+impl Announced {
+    /// The reads of this guess, a piece at a time, in its order; tensors
+    /// read whole only with `whole`.
+    fn pieces(&self, whole: bool) -> Vec<Piece> {
+        let whole = self
+            .whole
+            .iter()
+            .filter(|_| whole)
+            .map(|&r| Piece::Whole(r));
+        let slices = self.experts.iter().flat_map(|(tensor, slices)| {
+            slices.iter().map(|&slice| Piece::Slice {
+                tensor: *tensor,
+                slice,
+            })
+        });
+        whole.chain(slices).collect()
+    }
+
+    /// The guess of `pieces` of this mapping.
+    fn of_pieces(map: &Arc<Mapping>, pieces: &[Piece]) -> Announced {
+        let mut g = Announced {
+            map: Arc::clone(map),
+            whole: Vec::new(),
+            experts: Vec::new(),
+        };
+        for &p in pieces {
+            match p {
+                Piece::Whole(r) => g.whole.push(r),
+                Piece::Slice { tensor, slice } => match g.experts.last_mut() {
+                    Some((t, slices)) if *t == tensor => slices.push(slice),
+                    _ => g.experts.push((tensor, vec![slice])),
+                },
+            }
+        }
+        g
+    }
+}
+
+/// Read a guess ahead with the device's spare time: a piece at a time
+/// ([`Piece`]), each once the reads before it are in ([`InFlight`]), so that
+/// an announcement that comes meanwhile waits behind one piece at most,
+/// whose rest is then put back for after it (or dropped, superseded).
+/// Where the weights exceed the budget, a slice is read only where the
+/// residency has spare room for it ([`Residency::guess`]).
+fn serve_guessed(
+    g: Announced,
+    queue: &Queue,
+    in_flight: &mut InFlight,
+    residency: &mut Residency,
+    reads: Reads,
+) {
+    // Over the budget, a slice in memory already, or with no room to
+    // spare, would be read nowhere: the guess does not wait for it.
+    let base = g.map.addr();
+    let spare = residency.has_spare_room();
+    let mut pieces = g.pieces(reads.whole);
+    pieces.retain(|p| match p {
+        Piece::Whole(_) => true,
+        Piece::Slice { slice, .. } => spare && !residency.holds((base + slice.0, base + slice.1)),
+    });
+    for (n, &piece) in pieces.iter().enumerate() {
+        if !in_flight.wait(queue) {
+            queue.put_back_guess(Announced::of_pieces(&g.map, &pieces[n..]));
+            return;
+        }
+        let read = match piece {
+            Piece::Whole(r) => vec![r],
+            Piece::Slice { slice, .. } if !residency.exceeds_budget() => vec![slice],
+            Piece::Slice { tensor, slice } => {
+                let at = |r: Range| (base + r.0, base + r.1);
+                let read = residency.guess(at(tensor), &[at(slice)]);
+                read.into_iter().map(|r| (r.0 - base, r.1 - base)).collect()
+            }
+        };
+        for (start, end) in read {
+            g.map.will_need(start, end);
+            in_flight.ranges.push((Arc::clone(&g.map), (start, end)));
         }
     }
 }
@@ -652,6 +780,62 @@ mod tests {
         assert_eq!(q.len(), (0, QUEUE_LIMIT));
         q.close();
         assert!(q.pop().is_none());
+    }
+
+    #[test]
+    fn a_guess_waits_for_the_reads_before_it_and_gives_way_to_announcements() {
+        const K: usize = 4096;
+        let (f, map) = mapping(1);
+        let guess = Announced {
+            map: Arc::clone(&map),
+            whole: vec![(0, K)],
+            experts: vec![((4 * K, 8 * K), vec![(4 * K, 5 * K), (6 * K, 7 * K)])],
+        };
+        // A piece at a time, and back.
+        let pieces = guess.pieces(true);
+        assert_eq!(pieces.len(), 3);
+        assert!(Announced::of_pieces(&map, &pieces).same_reads(&guess));
+        assert_eq!(guess.pieces(false).len(), 2);
+        // A read still in flight: the file, dropped from the page cache
+        // (written back first: dirty pages stay). Where that cannot be
+        // seen, nothing more is tested.
+        f.as_file().sync_all().unwrap();
+        map.release(0, 1 << 20).unwrap();
+        if last_page_resident(&map, &(0, 1 << 20)) {
+            eprintln!("SKIPPED: the page cache cannot be observed here");
+            return;
+        }
+        let unread = |in_flight: &mut InFlight| {
+            in_flight.ranges = vec![(Arc::clone(&map), (0, 1 << 20))];
+        };
+        let (mut in_flight, mut residency) = (InFlight::default(), Residency::new(None, 1 << 20));
+        let reads = Reads {
+            whole: true,
+            slices: true,
+        };
+        // An announcement waits: the guess gives way, and is put back to go
+        // first among the guesses once the announcement is served.
+        let q = Queue::default();
+        q.push(whole(&map, (8 * K, 9 * K)).remove(0));
+        unread(&mut in_flight);
+        serve_guessed(guess, &q, &mut in_flight, &mut residency, reads);
+        assert_eq!(q.len(), (1, 1));
+        assert!(matches!(q.pop(), Some(Work::Announced(_))));
+        let Some(Work::Guessed(back)) = q.pop() else {
+            panic!("the guess was not put back")
+        };
+        assert!(back.same_reads(&Announced::of_pieces(&map, &pieces)));
+        // One that names the guess's expert tensor supersedes it.
+        q.push(experts(&map, (4 * K, 8 * K), (5 * K, 6 * K)));
+        unread(&mut in_flight);
+        serve_guessed(back, &q, &mut in_flight, &mut residency, reads);
+        assert_eq!(q.len(), (1, 0));
+        // With none waiting, the guess waits for the reads before it (or
+        // for GUESS_WAIT), and is then read.
+        let q = Queue::default();
+        unread(&mut in_flight);
+        assert!(in_flight.wait(&q));
+        assert!(in_flight.ranges.is_empty());
     }
 
     #[test]

@@ -89,10 +89,13 @@ impl Weights {
     /// `wm_prefetch_likely`). Read ahead with the device's spare time and
     /// the budget's spare room only, never before, or at the cost of, what
     /// [`Weights::prefetch`] announced:
-    /// - a guess is read only when no announcement waits to be;
-    /// - over the budget, guessed slices take the room of those kept from
-    ///   past announcements (the least used first, and at most half of
-    ///   the room the slices in use leave), never of a slice in use;
+    /// - a guess is read only when no announcement waits to be, a piece
+    ///   (a tensor, an expert's slice) at a time, each once the reads
+    ///   before it are in: an announcement that comes meanwhile goes
+    ///   first;
+    /// - over the budget, guessed slices take only room nobody holds: not
+    ///   that of the slices in use, nor of those kept from past
+    ///   announcements;
     /// - a later [`Weights::prefetch`] of the same tensor supersedes its
     ///   guesses: those it does not name are the first to go.
     ///
