@@ -18,7 +18,11 @@
 //! matrix after the last), and the routed experts once the router has
 //! chosen them; `--mode defaults` loads as `announce` does and announces
 //! nothing (what announcing costs where the weights fit). Every mode reads
-//! the same bytes and prints the same checksum.
+//! the same bytes and prints the same checksum. `--guess P` (with
+//! `announce`) adds a predictor of set accuracy: as each layer's dense node
+//! starts, it guesses the layer's experts (`Weights::prefetch_likely`),
+//! each right with probability P, and otherwise one the router did not
+//! choose.
 //!
 //! With `--budget BYTES` (a memory cgroup's limit) it also prints the bytes
 //! a cold run must read however it is cached, token by token
@@ -68,6 +72,7 @@ struct Args {
     seed: u64,
     threads: usize,
     budget: Option<u64>,
+    guess: Option<f64>,
     json: bool,
 }
 
@@ -80,6 +85,7 @@ fn parse_args() -> Args {
         seed: 1,
         threads: 2,
         budget: None,
+        guess: None,
         json: false,
     };
     let mut it = std::env::args().skip(1);
@@ -95,6 +101,7 @@ fn parse_args() -> Args {
             "--seed" => a.seed = value().parse().unwrap_or_else(|_| usage("--seed")),
             "--threads" => a.threads = value().parse().unwrap_or_else(|_| usage("--threads")),
             "--budget" => a.budget = Some(value().parse().unwrap_or_else(|_| usage("--budget"))),
+            "--guess" => a.guess = Some(value().parse().unwrap_or_else(|_| usage("--guess"))),
             "--json" => a.json = true,
             f if !f.starts_with('-') && a.file.is_empty() => a.file = f.to_owned(),
             other => usage(&format!("unknown argument {other}")),
@@ -102,14 +109,17 @@ fn parse_args() -> Args {
     }
     let known = ["plain", "defaults", "announce"].contains(&a.mode.as_str())
         && ["uniform", "zipf"].contains(&a.routing.as_str());
-    if a.file.is_empty() || !known || a.tokens == 0 || a.threads == 0 {
+    let guess_ok = a
+        .guess
+        .map_or(true, |p| (0.0..=1.0).contains(&p) && a.mode == "announce");
+    if a.file.is_empty() || !known || !guess_ok || a.tokens == 0 || a.threads == 0 {
         usage("FILE, --mode plain|defaults|announce, --routing uniform|zipf");
     }
     a
 }
 
 fn usage(why: &str) -> ! {
-    eprintln!("moe_replay: {why}\nusage: moe_replay FILE [--mode plain|defaults|announce] [--routing uniform|zipf] [--tokens N] [--seed S] [--threads T] [--budget BYTES] [--json]");
+    eprintln!("moe_replay: {why}\nusage: moe_replay FILE [--mode plain|defaults|announce] [--routing uniform|zipf] [--tokens N] [--seed S] [--threads T] [--budget BYTES] [--guess ACCURACY] [--json]");
     std::process::exit(2)
 }
 
@@ -535,12 +545,70 @@ fn is_whole(parts: &[Part]) -> bool {
     parts.iter().all(|p| matches!(p, Part::Whole(..)))
 }
 
+/// A predictor of set accuracy (`--guess`): each of a layer's routed
+/// experts is guessed right with probability `accuracy`, and otherwise
+/// replaced by one the router did not choose.
+struct Guesser {
+    accuracy: f64,
+    n_expert: u32,
+    rng: Rng,
+}
+
+impl Guesser {
+    /// The guess of a layer whose router chooses `chosen`.
+    fn guess(&mut self, chosen: &[u32]) -> Vec<u32> {
+        let mut guessed: Vec<u32> = Vec::with_capacity(chosen.len());
+        for &e in chosen {
+            if self.rng.unit() < self.accuracy || chosen.len() as u32 >= self.n_expert {
+                guessed.push(e);
+                continue;
+            }
+            loop {
+                let other = self.rng.below(u64::from(self.n_expert)) as u32;
+                if !chosen.contains(&other) && !guessed.contains(&other) {
+                    guessed.push(other);
+                    break;
+                }
+            }
+        }
+        guessed
+    }
+
+    /// Guess the experts of the layer whose expert nodes are `layer`
+    /// (`Weights::prefetch_likely`), the same experts in each of its
+    /// tensors, as one router's guess.
+    fn announce(&mut self, w: &Weights, layer: &[Vec<Part>]) {
+        let chosen: Vec<u32> = layer[0]
+            .iter()
+            .filter_map(|p| match p {
+                Part::Expert(_, e) => Some(*e),
+                _ => None,
+            })
+            .collect();
+        let guessed: Vec<i32> = self.guess(&chosen).iter().map(|&e| e as i32).collect();
+        let tensors = layer.iter().filter_map(|n| match n.first() {
+            Some(Part::Expert(i, _)) => Some(*i),
+            _ => None,
+        });
+        let needs: Vec<Need> = tensors.map(|i| Need::experts(i, &guessed)).collect();
+        w.prefetch_likely(&needs)
+            .expect("guesses of the file's own tensors");
+    }
+}
+
 /// Announce before node `s` of token `t`, as a ggml runtime's hook would:
 /// as a node of tensors read whole starts, the next such node's (the next
 /// layer's dense tensors, or the output, or the next token's first
-/// layer's); once a layer's router has run, the experts of each of its
-/// expert nodes, in the order they compute.
-fn announce_before(w: &Weights, tokens: &[Vec<Vec<Part>>], t: usize, s: usize) {
+/// layer's), and, with a `guesser`, its guess of this layer's experts;
+/// once a layer's router has run, the experts of each of its expert nodes,
+/// in the order they compute.
+fn announce_before(
+    w: &Weights,
+    tokens: &[Vec<Vec<Part>>],
+    t: usize,
+    s: usize,
+    guesser: Option<&mut Guesser>,
+) {
     let steps = &tokens[t];
     if is_whole(&steps[s]) {
         let later = steps[s + 1..]
@@ -548,6 +616,14 @@ fn announce_before(w: &Weights, tokens: &[Vec<Vec<Part>>], t: usize, s: usize) {
             .chain(tokens.get(t + 1).into_iter().flatten());
         if let Some(next) = later.into_iter().find(|n| is_whole(n)) {
             announce(w, next);
+        }
+        let layer: Vec<Vec<Part>> = steps[s + 1..]
+            .iter()
+            .take_while(|n| is_experts(n))
+            .cloned()
+            .collect();
+        if let (Some(g), false) = (guesser, layer.is_empty()) {
+            g.announce(w, &layer);
         }
     }
     if is_experts(&steps[s]) && !is_experts(&steps[s - 1]) {
@@ -557,8 +633,14 @@ fn announce_before(w: &Weights, tokens: &[Vec<Vec<Part>>], t: usize, s: usize) {
 }
 
 /// Decode every token of `tokens` on `threads` threads, announcing with
-/// `announcing`.
-fn decode(w: &Weights, tokens: &[Vec<Vec<Part>>], threads: usize, announcing: bool) -> Decoded {
+/// `announcing`, and guessing with `guesser`.
+fn decode(
+    w: &Weights,
+    tokens: &[Vec<Vec<Part>>],
+    threads: usize,
+    announcing: bool,
+    mut guesser: Option<Guesser>,
+) -> Decoded {
     let mut d = Decoded {
         checksum: 0,
         token_ms: Vec::new(),
@@ -577,7 +659,7 @@ fn decode(w: &Weights, tokens: &[Vec<Vec<Part>>], threads: usize, announcing: bo
             for (s, parts) in steps.iter().enumerate() {
                 let announcing_at = Instant::now();
                 if announcing {
-                    announce_before(w, tokens, t, s);
+                    announce_before(w, tokens, t, s, guesser.as_mut());
                 }
                 let announced_ms = ms(announcing_at);
                 let node = Instant::now();
@@ -624,7 +706,17 @@ fn main() {
         token_read,
         expert_ms,
         announce_ms,
-    } = decode(&w, &tokens, a.threads, a.mode == "announce");
+    } = decode(
+        &w,
+        &tokens,
+        a.threads,
+        a.mode == "announce",
+        a.guess.map(|accuracy| Guesser {
+            accuracy,
+            n_expert: m.n_expert,
+            rng: Rng(a.seed ^ 0x6765_7373),
+        }),
+    );
     let read = read_bytes() - io0;
     let touched: u64 = tokens
         .iter()
@@ -641,8 +733,8 @@ fn main() {
     let or_null = |v: Option<String>| v.unwrap_or_else(|| "null".into());
     let by_token = |v: &[u64]| format!("[{}]", join(v.iter().map(u64::to_string)));
     let json = format!(
-        "{{\"mode\": \"{}\", \"routing\": \"{}\", \"synthetic_routing\": true, \"tokens\": {}, \"layers\": {}, \"experts\": {}, \"used\": {}, \"load_ms\": {:.1}, \"first_token_ms\": {:.1}, \"tok_s\": {:.3}, \"expert_ms_per_token\": {:.1}, \"announce_ms_per_token\": {:.1}, \"read_bytes_per_token\": {:.0}, \"touched_bytes_per_token\": {:.0}, \"fixed_missed_per_token\": {}, \"lru_missed_per_token\": {}, \"fixed_token_missed\": {}, \"lru_token_missed\": {}, \"checksum\": \"{checksum:016x}\", \"token_ms\": [{}], \"token_read_bytes\": [{}]}}",
-        a.mode, a.routing, a.tokens, m.layers.len(), m.n_expert, m.n_used, load_ms, token_ms[0],
+        "{{\"mode\": \"{}\", \"guess\": {}, \"routing\": \"{}\", \"synthetic_routing\": true, \"tokens\": {}, \"layers\": {}, \"experts\": {}, \"used\": {}, \"load_ms\": {:.1}, \"first_token_ms\": {:.1}, \"tok_s\": {:.3}, \"expert_ms_per_token\": {:.1}, \"announce_ms_per_token\": {:.1}, \"read_bytes_per_token\": {:.0}, \"touched_bytes_per_token\": {:.0}, \"fixed_missed_per_token\": {}, \"lru_missed_per_token\": {}, \"fixed_token_missed\": {}, \"lru_token_missed\": {}, \"checksum\": \"{checksum:016x}\", \"token_ms\": [{}], \"token_read_bytes\": [{}]}}",
+        a.mode, or_null(a.guess.map(|p| p.to_string())), a.routing, a.tokens, m.layers.len(), m.n_expert, m.n_used, load_ms, token_ms[0],
         1e3 / steady, expert_ms / (n - 1.0).max(1.0),
         announce_ms / (n - 1.0).max(1.0), read as f64 / n, touched as f64 / n,
         or_null(must_read.as_ref().map(|m| format!("{:.0}", m.fixed_warm_per_token))),

@@ -115,7 +115,7 @@ def main():
     if not can_limit():
         return
     size, rate = size_and_rate(a.model)
-    print(f"model {a.model}: {size / 1e9:.2f} GB; O_DIRECT rate {rate / 1e9:.2f} GB/s; "
+    print(f"model {a.model}: {size / 1e9:.2f} GB; device rate {rate / 1e9:.2f} GB/s; "
           f"{a.tokens} tokens a run, medians of {a.rounds}")
     subprocess.run(["cat", a.model], stdout=subprocess.DEVNULL, check=True)
     ref = {m: generate(a.llama_cli, a.model, a.tokens, m)["tokens"] for m in ("plain", "no-repack")}

@@ -44,7 +44,7 @@ def main():
     if not can_limit():
         return
     size, rate = size_and_rate(a.model)
-    print(f"model {a.model}: {size / 1e9:.2f} GB; O_DIRECT rate {rate / 1e9:.2f} GB/s")
+    print(f"model {a.model}: {size / 1e9:.2f} GB; device rate {rate / 1e9:.2f} GB/s")
     gen = lambda mode, limit: run_in_cgroup([a.llama_gen, a.model, str(a.tokens), mode], limit)
     subprocess.run(["cat", a.model], stdout=subprocess.DEVNULL, check=True)
     mem, _ = gen("plain", None)
