@@ -169,8 +169,8 @@ static inline int wm_ggml_place(wm_weights *w, ggml_backend_buffer_type_t buft, 
  * none for the whole tensor): a log, or a test's check.
  *
  * The predictor (over the budget; off by default: set `predict` to 1 after
- * init to turn it on; in llama.cpp on a SYNTHETIC OLMoE file it guessed 63%
- * of the experts and decoded 0.9x as fast as without it, BENCHMARKS.md).
+ * init, or the environment variable WEIGHTMAP_PREDICT to 1 before it, to
+ * turn it on; see BENCHMARKS.md for what it gains and costs in llama.cpp).
  * A layer's experts are known only once its router has run, and their
  * reads then hold up the compute. So when a node named "attn_norm-L"
  * (llama.cpp's name for layer L's normalised input) has computed, the
@@ -193,7 +193,7 @@ struct wm_ggml_announcer {
     uint64_t announced;                       /* wm_prefetch calls that succeeded */
     uint64_t ids_unread;                      /* mul_mat_ids whose experts could not be told */
     int last_error;                           /* the last failing call's code, or WM_OK */
-    int predict;                              /* 1: guess a layer's experts (0 after init) */
+    int predict;                              /* 1: guess a layer's experts (after init: $WEIGHTMAP_PREDICT == "1") */
     uint64_t predicted;                       /* layers guessed */
     uint64_t predicted_hits, predicted_misses; /* true experts guessed, and not */
     /* its state */
@@ -268,6 +268,8 @@ static inline int wm_ggml_announcer_init(struct wm_ggml_announcer *a, const wm_w
         return rc;
     }
     a->guessed_layer = -1;
+    const char *predict = getenv("WEIGHTMAP_PREDICT");
+    a->predict = predict && strcmp(predict, "1") == 0;
     const char *arch;
     uint64_t arch_len, k;
     char key[96];

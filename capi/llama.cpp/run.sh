@@ -11,7 +11,9 @@
 #     stream_all, the hook announces (every expert choice read, no error) and
 #     the tokens are those without the flag and without repacking
 #     (--no-repack), which the flag turns off over the budget: repacked
-#     weights compute with other kernels, whose sums round differently.
+#     weights compute with other kernels, whose sums round differently;
+#   - with $WEIGHTMAP_PREDICT=1, the hook's predictor guesses every layer,
+#     and the tokens are the same.
 #
 # Needs cmake, a C/C++ compiler, cargo, patch (installed with apt-get when
 # missing, as root), and gguf-py with numpy in
@@ -119,3 +121,12 @@ for case in stream_experts:79M stream_all:4M; do
     [ "${BASH_REMATCH[1]}" -gt 0 ] || fail "$plan: $line"
   echo "ok: $plan: the same tokens as --no-repack without the flag; ${line#*weightmap: }"
 done
+
+# The predictor, turned on from the environment: every layer guessed, and
+# the tokens unchanged.
+WEIGHTMAP_PREDICT=1 WEIGHTMAP_BUDGET=79M generate predicted --weightmap
+same unpacked predicted
+line=$(grep "weightmap: [0-9]* announcements" "$WORK/predicted.log") || fail "no announcer counts in $WORK/predicted.log"
+[[ "$line" =~ ,\ last\ error\ 0\;\ ([0-9]+)\ layers\ guessed,\ ([0-9]+)\ of\ ([0-9]+)\ chosen ]] &&
+  [ "${BASH_REMATCH[1]}" -gt 0 ] && [ "${BASH_REMATCH[3]}" -gt 0 ] || fail "WEIGHTMAP_PREDICT=1: $line"
+echo "ok: WEIGHTMAP_PREDICT=1: the same tokens; ${line#*weightmap: }"
