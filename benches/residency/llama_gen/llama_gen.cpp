@@ -16,7 +16,11 @@
 // generating (the prompt's decode included), the token ids, and the hook's
 // counts: its
 // announcements, and the expert slices llama.cpp's router chose (announced
-// over the budget only; each once a token, and how many distinct).
+// over the budget only; each once a token, and how many distinct), and
+// per expert tensor (min, median, max over the tensors) how many distinct
+// experts it saw and the share of its announcements that named its most
+// used one: how diversely the file routes.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -39,20 +43,32 @@ static double now() {
 
 // What the router chose over the run: each expert slice announced, once.
 struct chosen {
-    std::vector<std::vector<bool>> used;  // by tensor, by expert
+    std::vector<std::vector<uint32_t>> used;  // by tensor, by expert: announcements naming it
+    std::vector<uint32_t> calls;              // by tensor: its announcements by experts
     uint64_t distinct = 0, announced = 0;
 };
 
 static void count_chosen(void *data, uint64_t tensor, const int32_t *experts, uint32_t n) {
     chosen *c = (chosen *)data;
-    if (c->used.size() <= tensor) c->used.resize(tensor + 1);
+    if (n == 0) return;  // a tensor announced whole
+    if (c->used.size() <= tensor) c->used.resize(tensor + 1), c->calls.resize(tensor + 1);
+    c->calls[tensor]++;
     for (uint32_t j = 0; j < n; j++) {
-        std::vector<bool> &u = c->used[tensor];
+        std::vector<uint32_t> &u = c->used[tensor];
         if (u.size() <= (size_t)experts[j]) u.resize(experts[j] + 1);
         c->distinct += !u[experts[j]];
         c->announced++;
-        u[experts[j]] = true;
+        u[experts[j]]++;
     }
+}
+
+// "[min, median, max]" of `v` (sorted here).
+static std::string spread(std::vector<double> v) {
+    if (v.empty()) return "null";
+    std::sort(v.begin(), v.end());
+    char s[96];
+    snprintf(s, sizeof s, "[%.3g, %.3g, %.3g]", v.front(), v[v.size() / 2], v.back());
+    return s;
 }
 
 // Bytes this process has had read from storage (/proc/self/io, all its
@@ -165,6 +181,17 @@ int main(int argc, char **argv) {
                "\"expert_slices_announced\": %llu, \"expert_slices_distinct\": %llu",
                (unsigned long long)a.announced, (unsigned long long)a.ids_unread, a.last_error, plan.kind,
                (unsigned long long)routed.announced, (unsigned long long)routed.distinct);
+    if (announce) {
+        std::vector<double> distinct, top_share;
+        for (size_t t = 0; t < routed.used.size(); t++) {
+            if (routed.calls[t] == 0) continue;
+            const std::vector<uint32_t> &u = routed.used[t];
+            distinct.push_back((double)std::count_if(u.begin(), u.end(), [](uint32_t k) { return k > 0; }));
+            top_share.push_back((double)*std::max_element(u.begin(), u.end()) / routed.calls[t]);
+        }
+        printf(", \"expert_tensors\": %zu, \"distinct_experts_per_tensor\": %s, \"most_used_share\": %s",
+               distinct.size(), spread(distinct).c_str(), spread(top_share).c_str());
+    }
     printf(", \"tokens\": [");
     for (size_t i = 0; i < out.size(); i++) printf("%s%d", i ? ", " : "", out[i]);
     printf("]}\n");
