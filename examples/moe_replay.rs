@@ -413,6 +413,16 @@ fn token_parts(m: &Model, w: &Weights, route: &[Vec<u32>], token_id: u64) -> Vec
 
 /// Announce `parts` (the announce mode's hook), in their order.
 fn announce(w: &Weights, parts: &[Part]) {
+    announce_as(w, parts, Weights::prefetch);
+}
+
+/// Hand `parts` to `call` (`Weights::prefetch` or `prefetch_likely`) as
+/// needs, each tensor's experts together, in their order.
+fn announce_as(
+    w: &Weights,
+    parts: &[Part],
+    call: fn(&Weights, &[Need<'_>]) -> weightmap::Result<()>,
+) {
     let mut needs: Vec<(usize, Vec<i32>)> = Vec::new();
     for &p in parts {
         match p {
@@ -425,8 +435,7 @@ fn announce(w: &Weights, parts: &[Part]) {
         }
     }
     let needs: Vec<Need> = needs.iter().map(|(i, e)| Need::experts(*i, e)).collect();
-    w.prefetch(&needs)
-        .expect("announcements of the file's own tensors");
+    call(w, &needs).expect("announcements of the file's own tensors");
 }
 
 fn size_of(w: &Weights, p: Part) -> u64 {
@@ -585,14 +594,16 @@ impl Guesser {
                 _ => None,
             })
             .collect();
-        let guessed: Vec<i32> = self.guess(&chosen).iter().map(|&e| e as i32).collect();
-        let tensors = layer.iter().filter_map(|n| match n.first() {
-            Some(Part::Expert(i, _)) => Some(*i),
-            _ => None,
-        });
-        let needs: Vec<Need> = tensors.map(|i| Need::experts(i, &guessed)).collect();
-        w.prefetch_likely(&needs)
-            .expect("guesses of the file's own tensors");
+        let guessed = self.guess(&chosen);
+        let parts: Vec<Part> = layer
+            .iter()
+            .filter_map(|n| match n.first() {
+                Some(&Part::Expert(i, _)) => Some(guessed.iter().map(move |&e| Part::Expert(i, e))),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        announce_as(w, &parts, Weights::prefetch_likely);
     }
 }
 

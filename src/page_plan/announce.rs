@@ -744,6 +744,16 @@ mod tests {
             "{:?}",
             announcer.queued()
         );
+        // Guesses, as many, wait bounded too.
+        for i in 0..100_000 {
+            let at = (i * 4096) % (8 << 20);
+            announcer.guess(whole(&map, (at, at + 4096)));
+        }
+        assert!(
+            announcer.queued().1 <= QUEUE_LIMIT,
+            "{:?}",
+            announcer.queued()
+        );
         // Dropped, what waits is abandoned: the mapping is let go.
         drop(announcer);
         assert_eq!(Arc::strong_count(&map), 1);

@@ -155,7 +155,13 @@ impl Residency {
 
     /// Whether a guess could be given room ([`Residency::guess`]).
     pub(crate) fn has_spare_room(&self) -> bool {
-        !self.exceeds_budget() || self.room() > self.kept_bytes
+        !self.exceeds_budget() || self.spare_room() > 0
+    }
+
+    /// The room no slice holds, in use, kept or guessed: all a guess may
+    /// take.
+    fn spare_room(&self) -> u64 {
+        self.room().saturating_sub(self.kept_bytes)
     }
 
     fn room_beside_in_use(&self) -> u64 {
@@ -180,7 +186,7 @@ impl Residency {
             first.insert(Vec::new());
             self.expert_bytes += len(&tensor);
         }
-        let mut spare = self.room().saturating_sub(self.kept_bytes);
+        let mut spare = self.spare_room();
         let mut read = Vec::new();
         for &r in slices {
             if self.holds(r) {
