@@ -8,7 +8,7 @@
 #
 # With no MODEL: the SYNTHETIC OLMoE-1B-7B layout (moe_gguf.py, with the
 # GPT-NeoX vocab file of the pinned llama.cpp, written to
-# target/residency/olmoe.gguf unless there), and gemma-3-270m if
+# target/residency/olmoe.gguf unless an up-to-date one is there), and gemma-3-270m if
 # WM_GEMMA names its GGUF. Builds llama_gen (llama.cpp from the same pinned
 # sources as the ggml proof, capi/tests/ggml/llama-sources.sh, never
 # committed; weightmap's C ABI in release) under target/llama-gen. Needs
@@ -41,7 +41,14 @@ fi
 
 if [ ${#models[@]} -eq 0 ]; then
   olmoe="$ROOT/target/residency/olmoe.gguf"
-  if [ ! -f "$olmoe" ]; then
+  # A file written before the files routed diversely (weightmap.synthetic
+  # below 3, moe_gguf.py) is written again.
+  stale() {
+    "$ROOT/target/python-venv/bin/python" -c 'import sys, gguf
+f = gguf.GGUFReader(sys.argv[1]).fields.get("weightmap.synthetic")
+sys.exit(0 if f is None or f.contents() < 3 else 1)' "$1"
+  }
+  if [ ! -f "$olmoe" ] || stale "$olmoe"; then
     mkdir -p "$(dirname "$olmoe")"
     "$ROOT/target/python-venv/bin/python" "$ROOT/benches/residency/moe_gguf.py" "$olmoe" olmoe \
       --vocab "$LLAMA/models/ggml-vocab-gpt-neox.gguf"

@@ -5,7 +5,11 @@ its own mmap against the same with weightmap's announcing hook
 fresh cgroup-v1 memory cgroup of a fraction of the file's size.
 
     sudo python3 benches/residency/llama_proof.py LLAMA_GEN MODEL
-        [--fractions 0.5] [--tokens 16] [--rounds 3]
+        [--fractions 0.5] [--tokens 16] [--rounds 3] [--modes plain,announce]
+
+The modes: plain (llama.cpp's own mapping alone), announce (with the
+hook), announce+predict (with the hook's predictor on: WEIGHTMAP_PREDICT=1;
+its hit rate is reported).
 
 LLAMA_GEN is benches/residency/llama_gen built (benches/residency/
 llama_gen.sh builds it and runs this). llama.cpp's own router picks the
@@ -20,6 +24,12 @@ decode included; the load, where llama.cpp populates its mapping, is not),
 with the OOM kills; and, over the budget, how many distinct expert slices llama.cpp's
 router chose (the hook's count): with synthetic weights its choices say
 nothing of a real model's.
+
+The LRU bound: llama.cpp's router's own choices (the hook's run's,
+decode by decode) replayed through an LRU cache of expert slices holding
+the cgroup's limit less the tensors not stored by experts and 64 MiB,
+starting empty as the cold run does; the bytes it misses a token after the
+first, divided by the device rate, never faster than in memory.
 """
 import argparse
 import json
@@ -27,9 +37,32 @@ import os
 import statistics
 import subprocess
 import sys
+from collections import OrderedDict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import can_limit, evict, run_in_cgroup, size_and_rate  # noqa: E402
+
+
+RESERVE = 64 << 20
+
+
+def lru_missed(routing, room, decodes):
+    """Bytes an LRU cache of `room` bytes of expert slices, empty at first,
+    misses over `routing` ([decode, tensor, slice bytes, expert...] in
+    order), in the decodes after the first, a decode."""
+    cache, held, missed = OrderedDict(), 0, 0
+    for decode, tensor, size, *experts in routing:
+        for e in experts:
+            key = (tensor, e)
+            if key in cache:
+                cache.move_to_end(key)
+                continue
+            missed += size if decode > 0 else 0
+            cache[key] = size
+            held += size
+            while held > room and cache:
+                held -= cache.popitem(last=False)[1]
+    return missed / max(decodes - 1, 1)
 
 
 def main():
@@ -45,7 +78,10 @@ def main():
         return
     size, rate = size_and_rate(a.model)
     print(f"model {a.model}: {size / 1e9:.2f} GB; device rate {rate / 1e9:.2f} GB/s")
-    gen = lambda mode, limit: run_in_cgroup([a.llama_gen, a.model, str(a.tokens), mode], limit)
+    def gen(mode, limit):
+        mode, _, predict = mode.partition("+")
+        env = ["env", "WEIGHTMAP_PREDICT=1"] if predict == "predict" else []
+        return run_in_cgroup([*env, a.llama_gen, a.model, str(a.tokens), mode], limit)
     subprocess.run(["cat", a.model], stdout=subprocess.DEVNULL, check=True)
     mem, _ = gen("plain", None)
     print(f"in memory: {mem['tok_s']:.2f} tok/s, first token {mem['first_token_s']:.2f} s, "
@@ -78,7 +114,17 @@ def main():
                 # What llama.cpp's router chose, as the hook saw it.
                 r = ok[0]
                 print(f"            router: {r['expert_slices_distinct']} distinct expert slices, "
-                      f"{r['expert_slices_announced']} announced over {a.tokens} decodes")
+                      f"{r['expert_slices_announced']} announced over {a.tokens} decodes; per expert "
+                      f"tensor {r['distinct_experts_per_tensor']} distinct experts (min, median, max), "
+                      f"the most used chosen in {r['most_used_share']}")
+                missed = lru_missed(r["routing"], limit - r["whole_bytes"] - RESERVE, a.tokens)
+                bound = min(mem["tok_s"], rate / missed) if missed else mem["tok_s"]
+                if r.get("predict"):
+                    hits, misses = r["predicted_hits"], r["predicted_misses"]
+                    print(f"            predictor: {r['predicted_layers']} layers guessed, "
+                          f"{hits} of {hits + misses} chosen experts guessed ({hits / max(hits + misses, 1):.0%})")
+                print(f"            LRU bound: {missed / 1e6:.0f} MB missed a token, {bound:.2f} tok/s; "
+                      f"announce at {tok_s / bound:.0%} of it")
         rows.append({"fraction": fraction, "in_memory": mem, "runs": runs, "direct_rate": rate})
     print(json.dumps(rows))
 

@@ -68,13 +68,16 @@ type Set = std::collections::HashSet<Range>;
 /// The resident set of one mapping's expert slices, from its
 /// announcements; the caller releases what [`Residency::announce`] returns.
 ///
-/// The slices not in use are kept in rank order, split in two: those that
-/// stay (`kept`), the longest run from the best that fits beside the slices
-/// in use, and the rest (`waiting`). An announcement changes the rank of the
-/// few slices it names and of those whose use it ends, so it moves only
-/// those and the slices at the boundary between the two: a model of
-/// 48 layers and 128 experts tracks 18,432 slices, which ranking anew at
-/// each of a token's 144 announcements would cost more than the token.
+/// The slices not in use that stay (`kept`) are in memory, in rank order.
+/// A slice joins them when its use ends, and its rank against theirs and
+/// the room decide whether it stays or the worst of them goes. A slice
+/// released stays again only once an announcement has read it again: the
+/// room of a slice counted as staying but not in memory would be room the
+/// page cache leaves empty. An announcement changes the rank of the few
+/// slices it names and of those whose use it ends, so it moves only those
+/// and the worst that stay: a model of 48 layers and 128 experts tracks
+/// 18,432 slices, which ranking anew at each of a token's 144
+/// announcements would cost more than the token.
 #[derive(Debug)]
 pub(crate) struct Residency {
     /// The memory budget (`None`: unknown, and everything stays).
@@ -93,11 +96,9 @@ pub(crate) struct Residency {
     /// The slices not in use that stay, and their bytes.
     kept: BTreeSet<Rank>,
     kept_bytes: u64,
-    /// The slices not in use that do not, best first.
-    waiting: BTreeSet<Rank>,
     /// Slices guessed ([`Residency::guess`]) and read, not yet announced:
-    /// each with its tensor and the tick of its guess. They are in neither
-    /// `kept` nor `waiting`, and are the first to go.
+    /// each with its tensor and the tick of its guess. They are not in
+    /// `kept`, and are the first to go.
     guessed: HashMap<Range, (Range, u64)>,
     guessed_bytes: u64,
     /// Guessed slices that an announcement then named, and those it
@@ -120,7 +121,6 @@ impl Residency {
             in_use_bytes: 0,
             kept: BTreeSet::new(),
             kept_bytes: 0,
-            waiting: BTreeSet::new(),
             guessed: HashMap::new(),
             guessed_bytes: 0,
             guess_hits: 0,
@@ -192,12 +192,11 @@ impl Residency {
             if self.holds(r) {
                 continue;
             }
-            let s = self.slices.entry(r).or_default();
             if len(&r) > spare {
                 break;
             }
             spare -= len(&r);
-            self.waiting.remove(&s.rank(r));
+            self.slices.entry(r).or_default();
             self.guessed.insert(r, (tensor, self.tick));
             self.guessed_bytes += len(&r);
             read.push(r);
@@ -205,13 +204,12 @@ impl Residency {
         read
     }
 
-    /// Let go of the guess of `r`, unconfirmed: back among the slices that
-    /// wait, to be released.
+    /// Let go of the guess of `r`, unconfirmed. It is in memory still,
+    /// and the caller settles whether it stays ([`Residency::settle`]).
     fn drop_guess(&mut self, r: Range) {
         if self.guessed.remove(&r).is_some() {
             self.guessed_bytes -= len(&r);
             self.guess_misses += 1;
-            self.waiting.insert(self.slices[&r].rank(r));
         }
     }
 
@@ -256,29 +254,21 @@ impl Residency {
                 self.in_use_bytes += len(&r);
                 if self.kept.remove(&rank) {
                     self.kept_bytes -= len(&r);
-                } else {
-                    self.waiting.remove(&rank);
                 }
             }
             s.uses += 1;
             s.last = self.tick;
         }
-        let done: Vec<Range> = last.into_iter().filter(|r| !slices.contains(r)).collect();
-        for &r in &done {
+        // The slices whose use is over are in memory still, as are the
+        // guesses let go.
+        let mut out_of_use = unconfirmed;
+        for r in last.into_iter().filter(|r| !slices.contains(r)) {
             let s = self.slices.get_mut(&r).expect("a slice in use is known");
-            if !s.in_use {
-                continue; // named twice in the last announcement
-            }
-            s.in_use = false;
-            self.in_use_bytes -= len(&r);
-            let rank = s.rank(r);
-            // It joins the side of the boundary its rank falls on.
-            if self.kept.last().is_some_and(|worst| rank < *worst) {
-                self.kept.insert(rank);
-                self.kept_bytes += len(&r);
-            } else {
-                self.waiting.insert(rank);
-            }
+            if s.in_use {
+                s.in_use = false;
+                self.in_use_bytes -= len(&r);
+                out_of_use.push(r);
+            } // (else named twice in the last announcement)
         }
         self.tensors.insert(tensor, slices.to_vec());
         // Guesses are the first to go when the slices in use need room:
@@ -290,45 +280,42 @@ impl Residency {
                 .min_by_key(|(r, (_, tick))| (*tick, **r));
             let oldest = *oldest.expect("guessed bytes are guessed slices'").0;
             self.drop_guess(oldest);
-            unconfirmed.push(oldest);
+            out_of_use.push(oldest);
         }
-        let mut release = self.move_boundary();
-        release.extend(
-            unconfirmed
-                .into_iter()
-                .filter(|r| !self.kept.contains(&self.slices[r].rank(*r))),
-        );
-        for r in done {
-            if !self.kept.contains(&self.slices[&r].rank(r)) && !release.contains(&r) {
-                release.push(r);
-            }
-        }
-        release
+        self.settle(out_of_use)
     }
 
-    /// Move the boundary between the slices that stay and the rest until
-    /// those that stay are the longest run from the best that fits in the
-    /// room. Returns the slices that stayed and no longer do.
-    fn move_boundary(&mut self) -> Vec<Range> {
+    /// Settle which slices stay, now that `in_memory` (slices in memory,
+    /// out of use and not guessed) join those kept, and return the slices
+    /// to release: the worst ranked of them all, until the rest fit in the
+    /// room. A slice released waits, and stays again only once it is read
+    /// again, announced: counting it as staying before would hold its room
+    /// for bytes that are not in memory while the page cache held less than
+    /// the budget allows.
+    fn settle(&mut self, in_memory: Vec<Range>) -> Vec<Range> {
+        for r in in_memory {
+            self.kept.insert(self.slices[&r].rank(r));
+            self.kept_bytes += len(&r);
+        }
         let room = self.room();
-        let mut demoted = Vec::new();
+        let mut over = Vec::new();
         while self.kept_bytes > room {
             let worst = self.kept.pop_last().expect("kept bytes are kept slices'");
             self.kept_bytes -= len(&worst.2);
-            demoted.push(worst.2);
-            self.waiting.insert(worst);
+            over.push(worst);
         }
-        while let Some(best) = self.waiting.first() {
-            if self.kept_bytes + len(&best.2) > room {
-                break;
+        // Of those, the best first: one smaller than the last to go may
+        // fit still.
+        let mut release = Vec::new();
+        for rank in over.into_iter().rev() {
+            if self.kept_bytes + len(&rank.2) <= room {
+                self.kept_bytes += len(&rank.2);
+                self.kept.insert(rank);
+            } else {
+                release.push(rank.2);
             }
-            let best = self.waiting.pop_first().expect("just seen");
-            self.kept_bytes += len(&best.2);
-            self.kept.insert(best);
         }
-        // (A slice demoted and taken back in one move was never let go.)
-        demoted.retain(|r| !self.kept.contains(&self.slices[r].rank(*r)));
-        demoted
+        release
     }
 
     /// How many guessed slices an announcement named, and how many it
@@ -433,32 +420,19 @@ mod tests {
                 bytes(&in_use) + bytes(&kept) <= 6 * MIB as u64,
                 "step {step}"
             );
-            // (A slice chosen to stay after it was released is read again
-            // when it is next announced: kept, but not yet cached.)
+            // What the plan holds is what is cached: a slice released is
+            // not counted as staying until it is read again.
             let held: HashSet<Range> = in_use.union(&kept).copied().collect();
-            assert!(cached.is_subset(&held), "step {step}: {cached:?} {held:?}");
+            assert_eq!(cached, held, "step {step}");
         }
     }
 
-    /// The slices that stay, ranked anew from nothing: those not in use,
-    /// best first, as long a run as fits in the room.
-    fn ranked_anew(r: &Residency) -> Set {
-        let rest = r.slices.iter().filter(|(_, s)| !s.in_use);
-        let mut rest: Vec<Rank> = rest.map(|(&range, s)| s.rank(range)).collect();
-        rest.sort();
-        let (room, mut held) = (r.room(), 0);
-        let fits = rest.into_iter().take_while(|rank| {
-            held += len(&rank.2);
-            held <= room
-        });
-        fits.map(|rank| rank.2).collect()
-    }
-
     #[test]
-    fn moving_the_boundary_keeps_what_ranking_anew_would() {
+    fn what_stays_was_read_and_ranks_above_what_is_released() {
         // Three tensors of eight experts, of 1, 2 and 3 MiB slices, each
         // announced with one to three experts, in turn; room for 20 MiB of
-        // slices beside 1 MiB read whole.
+        // slices beside 1 MiB read whole. A page cache reads what is
+        // announced and drops what is released.
         let tensor = |at: usize, size: usize| {
             let slices: Vec<Range> = (0..8)
                 .map(|i| ((at + i * size) * MIB, (at + (i + 1) * size) * MIB))
@@ -468,6 +442,7 @@ mod tests {
         let tensors = [tensor(1, 1), tensor(9, 2), tensor(25, 3)];
         let budget = RUNTIME_RESERVE + 21 * MIB as u64;
         let mut r = Residency::new(Some(budget), 49 * MIB as u64);
+        let mut cached = HashSet::new();
         let mut seed = 11u64;
         let mut next = |n: usize| {
             seed = seed
@@ -475,6 +450,7 @@ mod tests {
                 .wrapping_add(1_442_695_040_888_963_407);
             (seed >> 33) as usize % n
         };
+        let mut released_any = false;
         for step in 0..2000 {
             let (t, slices) = &tensors[step % 3];
             // Skewed, so that some experts rank high and stay.
@@ -482,20 +458,34 @@ mod tests {
                 .map(|_| slices[next(8).min(next(8))])
                 .collect();
             let (_, before) = r.in_memory();
+            cached.extend(named.iter().copied());
             let released = r.announce(*t, &named);
             let (in_use, kept) = r.in_memory();
-            assert_eq!(kept, ranked_anew(&r), "step {step}");
             for gone in &released {
                 assert!(
                     !in_use.contains(gone) && !kept.contains(gone),
                     "step {step}"
                 );
+                cached.remove(gone);
+                // What goes ranks below all that stays, or did not fit
+                // beside it.
+                let rank = r.slices[gone].rank(*gone);
+                let worst = r.kept.last();
+                assert!(
+                    worst.is_none_or(|w| rank > *w) || r.kept_bytes + len(gone) > r.room(),
+                    "step {step}: {gone:?} released"
+                );
             }
+            released_any |= !released.is_empty();
+            assert!(bytes(&in_use) + bytes(&kept) <= 20 * MIB as u64);
+            let held: HashSet<Range> = in_use.union(&kept).copied().collect();
+            assert_eq!(cached, held, "step {step}");
             // What stayed and no longer does is let go.
             for lost in before.difference(&kept).filter(|s| !in_use.contains(s)) {
                 assert!(released.contains(lost), "step {step}: {lost:?} kept");
             }
         }
+        assert!(released_any);
     }
 
     #[test]
@@ -505,10 +495,10 @@ mod tests {
         // Room for six 1 MiB slices beside 8 MiB of expert tensors.
         let budget = RUNTIME_RESERVE + 6 * MIB as u64;
         let mut r = Residency::new(Some(budget), 8 * MIB as u64);
+        r.announce(u, &[f[0]]);
         r.announce(t, &[e[0]]);
         r.announce(t, &[e[1]]);
         r.announce(t, &[e[2]]);
-        r.announce(u, &[f[0]]);
         // In use: e2, f0; kept: e0, e1; 2 MiB spare.
         assert_eq!(r.in_memory().1, HashSet::from([e[0], e[1]]));
         // A guess of f1, f2 and f3 reads the first two, and costs no slice

@@ -10,16 +10,19 @@
 // weights as the scheduler reaches them, and the experts llama.cpp's own
 // router chose once their ids are computed. The reads bring the file's
 // pages into the page cache, which llama.cpp's mapping shares.
+// WEIGHTMAP_PREDICT=1 turns the hook's predictor on.
 //
 // Prints one JSON line: the mode, seconds to load, to the first token and
 // per token after it, tokens/s, the bytes read from storage while
 // generating (the prompt's decode included), the token ids, and the hook's
-// counts: its
-// announcements, and the expert slices llama.cpp's router chose (announced
+// counts: its announcements, and the expert slices llama.cpp's router chose (announced
 // over the budget only; each once a token, and how many distinct), and
 // per expert tensor (min, median, max over the tensors) how many distinct
 // experts it saw and the share of its announcements that named its most
-// used one: how diversely the file routes.
+// used one: how diversely the file routes. With them, every such
+// announcement in order ("routing": decode, tensor, slice bytes, experts)
+// and the bytes of the tensors not stored by experts ("whole_bytes"), from
+// which llama_proof.py counts the LRU bound.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -46,6 +49,11 @@ struct chosen {
     std::vector<std::vector<uint32_t>> used;  // by tensor, by expert: announcements naming it
     std::vector<uint32_t> calls;              // by tensor: its announcements by experts
     uint64_t distinct = 0, announced = 0;
+    // Every announcement by experts, in order, for the LRU bound
+    // (llama_proof.py): "[decode, tensor, slice bytes, expert...]".
+    std::string routing;
+    int decode = 0;
+    const wm_weights *w = nullptr;
 };
 
 static void count_chosen(void *data, uint64_t tensor, const int32_t *experts, uint32_t n) {
@@ -53,6 +61,12 @@ static void count_chosen(void *data, uint64_t tensor, const int32_t *experts, ui
     if (n == 0) return;  // a tensor announced whole
     if (c->used.size() <= tensor) c->used.resize(tensor + 1), c->calls.resize(tensor + 1);
     c->calls[tensor]++;
+    wm_tensor t;
+    const uint64_t slice = wm_tensor_at(c->w, tensor, &t) == WM_OK && t.n_dims == 3 ? t.nbytes / t.ne[2] : 0;
+    c->routing += (c->routing.empty() ? "[" : ", [") + std::to_string(c->decode) + ", " +
+                  std::to_string(tensor) + ", " + std::to_string(slice);
+    for (uint32_t j = 0; j < n; j++) c->routing += ", " + std::to_string(experts[j]);
+    c->routing += "]";
     for (uint32_t j = 0; j < n; j++) {
         std::vector<uint32_t> &u = c->used[tensor];
         if (u.size() <= (size_t)experts[j]) u.resize(experts[j] + 1);
@@ -127,6 +141,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         wm_residency(w, &plan);
+        routed.w = w;
         a.on_announce = count_chosen;
         a.on_announce_data = &routed;
         cp.cb_eval = wm_ggml_announce;
@@ -161,6 +176,7 @@ int main(int argc, char **argv) {
     const double t_start = now();
     double t_first = 0;
     for (int i = 0; i < n_gen; i++) {
+        routed.decode = i;
         if (llama_decode(ctx, batch) != 0) {
             fprintf(stderr, "llama_decode failed at token %d\n", i);
             return 1;
@@ -178,9 +194,12 @@ int main(int argc, char **argv) {
            argv[3], t_load, t_first, n_gen > 1 ? (n_gen - 1) / t_rest : 0.0, n, gen_read);
     if (announce)
         printf(", \"announced\": %llu, \"ids_unread\": %llu, \"last_error\": %d, \"residency\": %u, "
-               "\"expert_slices_announced\": %llu, \"expert_slices_distinct\": %llu",
+               "\"expert_slices_announced\": %llu, \"expert_slices_distinct\": %llu, \"predict\": %d, "
+               "\"predicted_layers\": %llu, \"predicted_hits\": %llu, \"predicted_misses\": %llu",
                (unsigned long long)a.announced, (unsigned long long)a.ids_unread, a.last_error, plan.kind,
-               (unsigned long long)routed.announced, (unsigned long long)routed.distinct);
+               (unsigned long long)routed.announced, (unsigned long long)routed.distinct, a.predict,
+               (unsigned long long)a.predicted, (unsigned long long)a.predicted_hits,
+               (unsigned long long)a.predicted_misses);
     if (announce) {
         std::vector<double> distinct, top_share;
         for (size_t t = 0; t < routed.used.size(); t++) {
@@ -191,6 +210,13 @@ int main(int argc, char **argv) {
         }
         printf(", \"expert_tensors\": %zu, \"distinct_experts_per_tensor\": %s, \"most_used_share\": %s",
                distinct.size(), spread(distinct).c_str(), spread(top_share).c_str());
+        // The bytes of the tensors not stored by experts (ggml's 3-D
+        // ones), which an LRU of experts holds beside them.
+        uint64_t whole = 0;
+        wm_tensor t;
+        for (uint64_t i = 0; i < wm_tensor_count(w); i++)
+            if (wm_tensor_at(w, i, &t) == WM_OK && t.n_dims != 3) whole += t.nbytes;
+        printf(", \"whole_bytes\": %llu, \"routing\": [%s]", (unsigned long long)whole, routed.routing.c_str());
     }
     printf(", \"tokens\": [");
     for (size_t i = 0; i < out.size(); i++) printf("%s%d", i ? ", " : "", out[i]);
