@@ -442,3 +442,73 @@ fn a_guess_is_read_in_the_room_nobody_holds_and_goes_first_once_superseded() {
     let one = settled_fraction(&roomy, name);
     assert!((0.24..=0.27).contains(&one), "{one}");
 }
+
+/// Read one byte a page of `bytes`, as a runtime computing on them does.
+fn touch(bytes: &[u8]) -> u64 {
+    bytes.iter().step_by(4096).map(|&b| u64::from(b)).sum()
+}
+
+#[test]
+fn a_released_slice_leaves_the_runtimes_own_mapping_too() {
+    let test = "a_released_slice_leaves_the_runtimes_own_mapping_too";
+    let dir = tempfile::tempdir().unwrap();
+    let path = moe_model(dir.path());
+    // Room for one 4 MiB expert beside the 8 MiB read whole and the
+    // runtime's 64 MiB, as above.
+    let budget = (64 + 8 + 4) * MIB as u64 + 4096;
+    let opts = LoadOptions::default()
+        .prefetch(Prefetch::None)
+        .budget(budget);
+    let name = "blk.0.ffn_up_exps.weight";
+    // The runtime's own mapping of the file (llama.cpp's), on which it
+    // computes expert 0, then experts 1 and 2, as it announces them; what
+    // stays cached of the tensor once expert 0's use is over.
+    let run = |follow: bool| -> Option<f64> {
+        let w = load(&path, &opts);
+        let exps = w.tensor_index(name).unwrap();
+        let at = w.tensor_at(exps).unwrap().info().file_offset as usize;
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: the test's own file, unchanged while mapped.
+        let theirs = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+        let experts = |e: &[usize]| {
+            for &e in e {
+                touch(&theirs[at + e * 4 * MIB..at + (e + 1) * 4 * MIB]);
+            }
+        };
+        if follow {
+            // A copy on the heap is no mapping of the file.
+            let copy = theirs[at..at + 4096].to_vec();
+            let err = w.follow_runtime_mapping(exps, copy.as_ptr()).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Io, "{err}");
+            let followed = w.follow_runtime_mapping(exps, theirs[at..].as_ptr());
+            if !cfg!(any(target_os = "linux", target_os = "android")) {
+                assert_eq!(followed.unwrap_err().kind(), ErrorKind::Io);
+                return None;
+            }
+            followed.unwrap();
+        }
+        if !common::page_cache_observable(test) {
+            return None;
+        }
+        evict(&path).unwrap();
+        w.prefetch(&[Need::experts(exps, &[0])]).unwrap();
+        experts(&[0]);
+        assert!((0.24..=0.27).contains(&settled_fraction(&w, name)));
+        w.prefetch(&[Need::experts(exps, &[1, 2])]).unwrap();
+        experts(&[1, 2]);
+        std::thread::sleep(Duration::from_millis(300));
+        Some(settled_fraction(&w, name))
+    };
+    // Unfollowed, the runtime's mapping keeps expert 0 cached: the kernel
+    // drops no page a mapping holds.
+    let Some(unfollowed) = run(false) else {
+        run(true);
+        return;
+    };
+    assert!((0.74..=0.77).contains(&unfollowed), "{unfollowed}");
+    let followed = run(true).expect("observable above");
+    assert!(
+        (0.49..=0.52).contains(&followed),
+        "{followed}: expert 0 stayed in the runtime's mapping"
+    );
+}

@@ -8,8 +8,11 @@ fresh cgroup-v1 memory cgroup of a fraction of the file's size.
         [--fractions 0.5] [--tokens 16] [--rounds 3] [--modes plain,announce]
 
 The modes: plain (llama.cpp's own mapping alone), announce (with the
-hook), announce+predict (with the hook's predictor on: WEIGHTMAP_PREDICT=1;
-its hit rate is reported).
+hook), and announce with options after `+`: predict (the hook's predictor
+on, WEIGHTMAP_PREDICT=1; its hit rate is reported), nofollow (the hook
+leaves llama.cpp's mapping unfollowed, WEIGHTMAP_FOLLOW=0: weightmap's
+advice and releases act on its own mapping only); announce+predict+nofollow
+takes both.
 
 LLAMA_GEN is benches/residency/llama_gen built (benches/residency/
 llama_gen.sh builds it and runs this). llama.cpp's own router picks the
@@ -78,9 +81,11 @@ def main():
         return
     size, rate = size_and_rate(a.model)
     print(f"model {a.model}: {size / 1e9:.2f} GB; device rate {rate / 1e9:.2f} GB/s")
+    options = {"predict": "WEIGHTMAP_PREDICT=1", "nofollow": "WEIGHTMAP_FOLLOW=0"}
+
     def gen(mode, limit):
-        mode, _, predict = mode.partition("+")
-        env = ["env", "WEIGHTMAP_PREDICT=1"] if predict == "predict" else []
+        mode, *asked = mode.split("+")
+        env = ["env", *(options[o] for o in asked)] if asked else []
         return run_in_cgroup([*env, a.llama_gen, a.model, str(a.tokens), mode], limit)
     subprocess.run(["cat", a.model], stdout=subprocess.DEVNULL, check=True)
     mem, _ = gen("plain", None)
@@ -123,8 +128,10 @@ def main():
                     hits, misses = r["predicted_hits"], r["predicted_misses"]
                     print(f"            predictor: {r['predicted_layers']} layers guessed, "
                           f"{hits} of {hits + misses} chosen experts guessed ({hits / max(hits + misses, 1):.0%})")
+                print(f"            llama.cpp's mapping: {r['following']} weights followed, "
+                      f"{r['follow_refused']} refused")
                 print(f"            LRU bound: {missed / 1e6:.0f} MB missed a token, {bound:.2f} tok/s; "
-                      f"announce at {tok_s / bound:.0%} of it")
+                      f"{mode} at {tok_s / bound:.0%} of it")
         rows.append({"fraction": fraction, "in_memory": mem, "runs": runs, "direct_rate": rate})
     print(json.dumps(rows))
 

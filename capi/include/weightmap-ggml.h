@@ -162,7 +162,15 @@ static inline int wm_ggml_place(wm_weights *w, ggml_backend_buffer_type_t buft, 
  * Weights are found by name (the GGUF tensor's, as wm_ggml_place and
  * llama.cpp name them), so the announcer also serves a runtime that maps
  * the file itself: the reads bring the file's pages into the page cache,
- * which both mappings share. A runtime's own eval callback goes in
+ * which both mappings share. Over the budget, the announcer also tells
+ * weightmap where the runtime holds each weight it sees (wm_follow_mapping),
+ * the first time it sees it, when that is not weightmap's own mapping: the
+ * page plan then advises those pages as its own, and pages out of them the
+ * slices it releases, which the kernel would otherwise keep (it drops no
+ * page a mapping holds). Memory that is not a read-only mapping of the
+ * file (a heap copy, llama.cpp's --no-mmap) is refused, and the announcer
+ * stops asking if nothing was followed before. `follow` turns it off (after init: 0 when the environment
+ * variable WEIGHTMAP_FOLLOW is "0"). A runtime's own eval callback goes in
  * `next`/`next_data`: it is asked about every node and shown those it
  * asked for, and its answer ends the compute as before. `on_announce`, when
  * set, is told each announcement (the tensor's index, and its experts or
@@ -196,11 +204,14 @@ struct wm_ggml_announcer {
     int predict;                              /* 1: guess a layer's experts (after init: $WEIGHTMAP_PREDICT == "1") */
     uint64_t predicted;                       /* layers guessed */
     uint64_t predicted_hits, predicted_misses; /* true experts guessed, and not */
+    int follow;                               /* 1: the runtime's own mapping is followed (after init: unless $WEIGHTMAP_FOLLOW == "0") */
+    uint64_t following, follow_refused;       /* weights whose mapping is followed, and refusals */
     /* its state */
     int over_budget;                          /* the weights exceed the budget */
     uint64_t n, n_slots, *slots;              /* name -> index + 1, open addressing */
     const char **names;
     uint8_t *announced_whole;                 /* by index: announced whole once */
+    uint8_t *followed;                        /* by index: its runtime mapping told once */
     const struct ggml_tensor *computed[8];    /* I32 nodes seen, newest at computed_next - 1 */
     unsigned computed_next;
     int32_t *scratch;                         /* the experts of one mul_mat_id */
@@ -223,6 +234,7 @@ static inline void wm_ggml_announcer_free(struct wm_ggml_announcer *a) {
     free(a->slots);
     free(a->names);
     free(a->announced_whole);
+    free(a->followed);
     free(a->scratch);
     free(a->guessed);
     free(a->guess_scratch);
@@ -247,7 +259,8 @@ static inline int wm_ggml_announcer_init(struct wm_ggml_announcer *a, const wm_w
     a->slots = (uint64_t *)calloc((size_t)a->n_slots, sizeof(uint64_t));
     a->names = (const char **)calloc((size_t)a->n + 1, sizeof(char *));
     a->announced_whole = (uint8_t *)calloc((size_t)a->n + 1, 1);
-    if (!a->slots || !a->names || !a->announced_whole) {
+    a->followed = (uint8_t *)calloc((size_t)a->n + 1, 1);
+    if (!a->slots || !a->names || !a->announced_whole || !a->followed) {
         wm_ggml_announcer_free(a);
         return WM_ERR_NO_MEMORY;
     }
@@ -270,6 +283,8 @@ static inline int wm_ggml_announcer_init(struct wm_ggml_announcer *a, const wm_w
     a->guessed_layer = -1;
     const char *predict = getenv("WEIGHTMAP_PREDICT");
     a->predict = predict && strcmp(predict, "1") == 0;
+    const char *follow = getenv("WEIGHTMAP_FOLLOW");
+    a->follow = !(follow && strcmp(follow, "0") == 0);
     const char *arch;
     uint64_t arch_len, k;
     char key[96];
@@ -285,6 +300,25 @@ static inline int64_t wm_ggml__weight(const struct wm_ggml_announcer *a, const s
     if (t->view_src) t = t->view_src;
     if (t->op != GGML_OP_NONE || !t->name[0]) return -1;
     return wm_ggml__index(a, t->name);
+}
+
+/* Tell weightmap where the runtime holds weight `i` (`t`), once, unless it
+ * is weightmap's own mapping; after a refusal before any success (a heap
+ * copy, a platform without it), ask no more. */
+static inline void wm_ggml__follow(struct wm_ggml_announcer *a, const struct ggml_tensor *t, uint64_t i) {
+    if (!a->follow || a->followed[i]) return;
+    a->followed[i] = 1;
+    if (t->view_src) t = t->view_src;
+    wm_tensor mine;
+    if (!t->data || !t->buffer || !ggml_backend_buffer_is_host(t->buffer) || wm_tensor_at(a->w, i, &mine) != WM_OK ||
+        mine.data == t->data)
+        return;
+    if (wm_follow_mapping(a->w, i, t->data) == WM_OK) {
+        a->following++;
+    } else {
+        a->follow_refused++;
+        if (!a->following) a->follow = 0;
+    }
 }
 
 static inline void wm_ggml__prefetch(struct wm_ggml_announcer *a, uint64_t i, const int32_t *experts, uint32_t k) {
@@ -449,6 +483,10 @@ static inline bool wm_ggml_announce(struct ggml_tensor *t, bool ask, void *user_
         if (wm_ggml__computes_ids(t)) a->computed[a->computed_next++ % 8] = t;
         if (layer >= 0) wm_ggml__guess(a, t, layer, &router);
         return a->next && a->next_asked ? a->next(t, false, a->next_data) : true;
+    }
+    for (int s = 0; a->over_budget && s < GGML_MAX_SRC && t->src[s]; s++) {
+        int64_t i = wm_ggml__weight(a, t->src[s]);
+        if (i >= 0) wm_ggml__follow(a, t->src[s], (uint64_t)i);
     }
     if (a->over_budget && t->op == GGML_OP_MUL_MAT_ID) {
         int64_t i = wm_ggml__weight(a, t->src[0]);

@@ -815,6 +815,25 @@ int wm_prefetch(const struct wm_weights *w, const struct wm_need *needs, size_t 
 int wm_prefetch_likely(const struct wm_weights *w, const struct wm_need *needs, size_t n);
 
 /**
+ * The runtime computes on its own mapping of the weights' file, where it
+ * holds tensor `tensor` at `data` (llama.cpp's `mmap`, with weightmap's
+ * hook announcing for it): from now on the page plan's access advice
+ * reaches those pages too, and the slices it releases are paged out of
+ * them (`MADV_PAGEOUT`), never discarded
+ * (`weightmap::Weights::follow_runtime_mapping`). Cheap to call again.
+ *
+ * Returns [`WM_OK`]; [`WM_ERR_IO`] unless the process's maps show `data`
+ * in a read-only mapping of the same file at the same offsets (Linux and
+ * Android; on every other platform, always); [`WM_ERR_NOT_FOUND`] for a
+ * tensor that is not there; [`WM_ERR_BAD_ARGUMENT`] for NULL `w`.
+ *
+ * # Safety
+ * `w` is NULL or live weights from [`wm_load`]. `data` is only an
+ * address: it is never read.
+ */
+int wm_follow_mapping(const struct wm_weights *w, uint64_t tensor, const void *data);
+
+/**
  * What stays resident of the weights and what streams, into `*out`.
  *
  * Returns [`WM_OK`], or [`WM_ERR_BAD_ARGUMENT`] (NULL `w` or `out`).

@@ -119,6 +119,10 @@ for case in stream_experts:79M stream_all:4M; do
   line=$(grep "weightmap: [0-9]* announcements" "$WORK/$plan.log") || fail "no announcer counts in $WORK/$plan.log"
   [[ "$line" =~ weightmap:\ ([0-9]+)\ announcements,\ 0\ expert\ choices\ unread,\ last\ error\ 0\; ]] &&
     [ "${BASH_REMATCH[1]}" -gt 0 ] || fail "$plan: $line"
+  # llama.cpp computes on its own mapping, which the hook has weightmap
+  # follow (its advice and releases reach those pages too).
+  [[ "$line" =~ \ ([0-9]+)\ weights\ followed\ in\ llama.cpp\'s\ mapping,\ 0\ refused ]] &&
+    [ "${BASH_REMATCH[1]}" -gt 0 ] || fail "$plan: llama.cpp's mapping not followed: $line"
   echo "ok: $plan: the same tokens as --no-repack without the flag; ${line#*weightmap: }"
 done
 

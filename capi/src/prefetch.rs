@@ -88,6 +88,36 @@ pub unsafe extern "C" fn wm_prefetch_likely(
     })
 }
 
+/// The runtime computes on its own mapping of the weights' file, where it
+/// holds tensor `tensor` at `data` (llama.cpp's `mmap`, with weightmap's
+/// hook announcing for it): from now on the page plan's access advice
+/// reaches those pages too, and the slices it releases are paged out of
+/// them (`MADV_PAGEOUT`), never discarded
+/// (`weightmap::Weights::follow_runtime_mapping`). Cheap to call again.
+///
+/// Returns [`WM_OK`]; [`WM_ERR_IO`] unless the process's maps show `data`
+/// in a read-only mapping of the same file at the same offsets (Linux and
+/// Android; on every other platform, always); [`WM_ERR_NOT_FOUND`] for a
+/// tensor that is not there; [`WM_ERR_BAD_ARGUMENT`] for NULL `w`.
+///
+/// # Safety
+/// `w` is NULL or live weights from [`wm_load`]. `data` is only an
+/// address: it is never read.
+#[no_mangle]
+pub unsafe extern "C" fn wm_follow_mapping(
+    w: *const wm_weights,
+    tensor: u64,
+    data: *const std::ffi::c_void,
+) -> c_int {
+    guard(|| {
+        // SAFETY: by the contract.
+        let w = unsafe { weights_ref(w) }?;
+        let tensor = usize::try_from(tensor).unwrap_or(usize::MAX);
+        w.weights.follow_runtime_mapping(tensor, data.cast())?;
+        Ok(())
+    })
+}
+
 /// The weights at `w` and the `n` needs at `needs`, as [`wm_prefetch`]
 /// takes them.
 ///

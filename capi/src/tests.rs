@@ -1304,3 +1304,22 @@ fn announcements_and_guesses_are_checked_and_a_bad_one_is_an_error_the_weights_o
         assert_eq!(bytes_of(&t), &[2; 32]);
     }
 }
+
+#[test]
+fn following_a_runtimes_mapping_takes_only_a_mapping_of_the_file() {
+    let w = load("tiny-llama.gguf", None).unwrap();
+    let heap = vec![0u8; 4096];
+    // SAFETY: NULL weights are refused; `data` is only an address.
+    let rc = unsafe { wm_follow_mapping(null(), 0, heap.as_ptr().cast()) };
+    assert_eq!(rc, WM_ERR_BAD_ARGUMENT);
+    // SAFETY: live weights; `data` is only an address.
+    let rc = unsafe { wm_follow_mapping(w.0, 1 << 40, heap.as_ptr().cast()) };
+    assert_eq!(rc, WM_ERR_NOT_FOUND, "{}", last_error());
+    // A heap buffer is no mapping of the file (and on platforms without
+    // /proc/self/maps nothing is).
+    // SAFETY: as above.
+    let rc = unsafe { wm_follow_mapping(w.0, 0, heap.as_ptr().cast()) };
+    assert_eq!(rc, WM_ERR_IO);
+    let msg = last_error();
+    assert!(msg.contains("following the runtime's mapping of"), "{msg}");
+}

@@ -268,6 +268,31 @@ impl Mapping {
         }
     }
 
+    /// Give this mapping's access advice and releases over `[start, end)`
+    /// from now on to the runtime's own mapping of the same file too, which
+    /// holds this view's offset 0 at address `at` (it need map only
+    /// `[start, end)`): a runtime that computes on its own
+    /// mapping (llama.cpp's) faults the pages in there, where releasing
+    /// this mapping's alone would leave them (the kernel drops no page
+    /// another mapping holds). Its pages are paged out (`MADV_PAGEOUT`),
+    /// never discarded: nothing it holds is lost, whatever the range holds
+    /// by then. A no-op on memory the caller owns. Returns whether this is
+    /// news: not the runtime's mapping followed already.
+    ///
+    /// # Errors
+    /// `InvalidInput` unless the process's maps show the runtime's
+    /// addresses of `[start, end)` as a read-only mapping of this file at
+    /// the same offsets (Linux and Android); `Unsupported` on every other
+    /// platform.
+    pub fn follow(&self, at: usize, start: usize, end: usize) -> io::Result<bool> {
+        let Some(m) = self.file_map() else {
+            return Ok(false);
+        };
+        let (start, end) = (start.min(self.len), end.min(self.len));
+        let d = self.delta;
+        m.follow(at.wrapping_sub(d), start + d, end + d)
+    }
+
     /// Drop the whole pages inside `[start, end)` from this mapping and, where
     /// the platform allows, from the page cache (Unix: `MADV_DONTNEED`, then
     /// `POSIX_FADV_DONTNEED`; Windows: out of the working set only). Rounded

@@ -139,6 +139,30 @@ impl PagePlan {
     }
 }
 
+/// The tensors' advice [`PagePlan::advise`] gave `map` at load, given
+/// again: the lookup tables read by row (`random_access`) and the tensors
+/// read whole that stream (`streamed`), so that a runtime's own mapping of
+/// the file followed since ([`Mapping::follow`]) receives it too. The
+/// region's advice is not repeated: a fresh mapping has it already.
+pub(crate) fn advise_tensors_again(
+    map: &Mapping,
+    header: &Header,
+    random_access: &[usize],
+    streamed: &[usize],
+) {
+    let tensors = header.tensors();
+    let advised = [
+        (random_access, AccessAdvice::Random),
+        (streamed, AccessAdvice::Sequential),
+    ];
+    for (which, advice) in advised {
+        for &i in which {
+            let r = tensors.file_range(i);
+            let _ = map.advise_inward(advice, r.start as usize, r.end as usize);
+        }
+    }
+}
+
 /// Whether a tensor holds a mixture of experts' weights, which a runtime
 /// reads an expert's slice at a time: ggml's `ffn_*_exps` tensors, whose
 /// outermost dimension counts experts.

@@ -10,7 +10,9 @@
 // weights as the scheduler reaches them, and the experts llama.cpp's own
 // router chose once their ids are computed. The reads bring the file's
 // pages into the page cache, which llama.cpp's mapping shares.
-// WEIGHTMAP_PREDICT=1 turns the hook's predictor on.
+// WEIGHTMAP_PREDICT=1 turns the hook's predictor on; WEIGHTMAP_FOLLOW=0
+// leaves llama.cpp's mapping unfollowed (weightmap's advice and releases
+// then act on its own mapping only).
 //
 // Prints one JSON line: the mode, seconds to load, to the first token and
 // per token after it, tokens/s, the bytes read from storage while
@@ -195,11 +197,13 @@ int main(int argc, char **argv) {
     if (announce)
         printf(", \"announced\": %llu, \"ids_unread\": %llu, \"last_error\": %d, \"residency\": %u, "
                "\"expert_slices_announced\": %llu, \"expert_slices_distinct\": %llu, \"predict\": %d, "
-               "\"predicted_layers\": %llu, \"predicted_hits\": %llu, \"predicted_misses\": %llu",
+               "\"predicted_layers\": %llu, \"predicted_hits\": %llu, \"predicted_misses\": %llu, "
+               "\"following\": %llu, \"follow_refused\": %llu",
                (unsigned long long)a.announced, (unsigned long long)a.ids_unread, a.last_error, plan.kind,
                (unsigned long long)routed.announced, (unsigned long long)routed.distinct, a.predict,
                (unsigned long long)a.predicted, (unsigned long long)a.predicted_hits,
-               (unsigned long long)a.predicted_misses);
+               (unsigned long long)a.predicted_misses, (unsigned long long)a.following,
+               (unsigned long long)a.follow_refused);
     if (announce) {
         std::vector<double> distinct, top_share;
         for (size_t t = 0; t < routed.used.size(); t++) {

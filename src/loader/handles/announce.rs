@@ -1,7 +1,8 @@
 //! What a runtime announces it reads next ([`Need`]), and
 //! [`Weights::prefetch`] and [`Weights::prefetch_likely`], which check
 //! every announcement or guess and hand the mapped bytes to the page plan's
-//! announcer to read ahead.
+//! announcer to read ahead; and [`Weights::follow_runtime_mapping`], for a
+//! runtime that computes on its own mapping of the file.
 
 use std::sync::Arc;
 
@@ -126,6 +127,73 @@ impl Weights {
         let guessed = self.announced(needs)?;
         if !guessed.is_empty() {
             self.announcer().guess(guessed);
+        }
+        Ok(())
+    }
+
+    /// Tell the weights that the runtime computes on its own mapping of
+    /// the same file (llama.cpp's `mmap`, with weightmap's hook announcing
+    /// for it), where it holds tensor `tensor` at `data` (C:
+    /// `wm_follow_mapping`). From then on the access advice the page plan
+    /// gives that tensor's file (each expert tensor's at its first
+    /// announcement, and the advice it gave the tensors at load, given again
+    /// now) is given to the runtime's pages too, and each slice the
+    /// plan releases is paged out of them (`MADV_PAGEOUT`; Linux 5.4+, and
+    /// for a file's pages only in a process that owns the file or may write
+    /// it). Without this, over the budget, every page the runtime touched
+    /// would stay until the kernel's reclaim took something, by recency:
+    /// the kernel drops no page another mapping holds. The advice never
+    /// changes what the runtime's memory holds, so a mapping unmapped later
+    /// costs nothing but a stray hint. Calling it again for the same
+    /// mapping is cheap; a tensor in owned memory (the stream path, a copy)
+    /// needs nothing.
+    ///
+    /// ```
+    /// use weightmap::{gguf::Writer, LoadOptions, TensorType, Weights};
+    /// # fn main() -> weightmap::Result<()> {
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("moe.gguf");
+    /// let mut w = Writer::new(32);
+    /// w.tensor("blk.0.ffn_up_exps.weight", TensorType::F32, &[8, 2, 4], vec![0; 256]);
+    /// w.write_with(std::fs::File::create(&path).unwrap(), |_, _| {}).unwrap();
+    /// // SAFETY: nothing modifies or truncates the file while `weights` lives.
+    /// let weights = unsafe { Weights::load(&path, &LoadOptions::default())? };
+    /// let up = weights.tensor_index("blk.0.ffn_up_exps.weight").unwrap();
+    /// // A heap copy is no mapping of the file, and is refused.
+    /// let copy = weights.tensor_at(up).unwrap().to_vec()?;
+    /// assert!(weights.follow_runtime_mapping(up, copy.as_ptr()).is_err());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::TensorIndex`] for a tensor that is not there;
+    /// [`Error::Io`] unless the process's maps show, where `data` puts the
+    /// file, a read-only mapping of it at the same offsets (Linux and
+    /// Android: `InvalidInput`), and on every other platform
+    /// (`Unsupported`).
+    pub fn follow_runtime_mapping(&self, tensor: usize, data: *const u8) -> Result<()> {
+        if self.tensor_at(tensor).is_none() {
+            return Err(Error::TensorIndex {
+                index: tensor as u64,
+                count: self.len(),
+            });
+        }
+        let Some((_, range)) = self.mapped_range_at(tensor) else {
+            return Ok(());
+        };
+        // The runtime's address of the file's offset 0, the view's (a
+        // wrapping difference: a wrong one fails the check), and the span
+        // of the tensors the page plan advises and releases.
+        let at = (data as usize).wrapping_sub(range.start as usize);
+        let (map, span) = self.mapped_extent_at(tensor).expect("mapped above");
+        let span = (span.start as usize, span.end as usize);
+        let news = map.follow(at, span.0, span.1).map_err(|source| Error::Io {
+            op: "following the runtime's mapping of",
+            path: self.path_of(tensor).to_owned(),
+            source,
+        })?;
+        if news {
+            self.advise_again(tensor);
         }
         Ok(())
     }

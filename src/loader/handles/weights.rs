@@ -618,6 +618,43 @@ impl Weights {
         Some((p, self.parts[p].loaded().header.tensors().at(j).file_offset))
     }
 
+    /// The file that holds tensor `i` (its shard's, for several); the
+    /// first shard's for an index past the end.
+    pub(crate) fn path_of(&self, i: usize) -> &Path {
+        let p = self.loc(i).map_or(0, |(p, _)| p);
+        &self.parts[p].loaded().path
+    }
+
+    /// Give the file that holds the `i`th tensor, when it is mapped, the
+    /// tensors' advice of its load again: a runtime's mapping followed
+    /// since then ([`Mapping::follow`]) receives it too.
+    pub(crate) fn advise_again(&self, i: usize) {
+        let Some((p, _)) = self.loc(i) else { return };
+        let l = self.parts[p].loaded();
+        if let Some(map) = &l.map {
+            crate::page_plan::plan::advise_tensors_again(
+                map,
+                &l.header,
+                &l.random_access,
+                &l.streamed,
+            );
+        }
+    }
+
+    /// The mapping that holds the `i`th tensor, when it is mapped, and the
+    /// file range its mapped tensors span.
+    pub(crate) fn mapped_extent_at(
+        &self,
+        i: usize,
+    ) -> Option<(&Arc<Mapping>, std::ops::Range<u64>)> {
+        let (p, _) = self.loc(i)?;
+        let (map, _) = self.mapped_range_at(i)?;
+        let part = self.starts[p]..self.starts[p + 1];
+        let ranges = part.filter_map(|j| self.mapped_range_at(j)).map(|(_, r)| r);
+        let (start, end) = ranges.fold((u64::MAX, 0), |(s, e), r| (s.min(r.start), e.max(r.end)));
+        Some((map, start..end))
+    }
+
     /// The mapping and the file range of the `i`th tensor, when it is mapped.
     pub(crate) fn mapped_range_at(
         &self,

@@ -62,6 +62,9 @@ impl FileMap {
     pub(crate) fn advise(&self, _: AccessAdvice, _: usize, _: usize) -> io::Result<()> {
         match self.never {}
     }
+    pub(crate) fn follow(&self, _: usize, _: usize, _: usize) -> io::Result<bool> {
+        match self.never {}
+    }
     pub(crate) fn huge_pages(&self, _: usize, _: usize) -> bool {
         match self.never {}
     }

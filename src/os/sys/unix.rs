@@ -79,9 +79,9 @@ pub(crate) fn memlock_limit() -> String {
 /// `madvise` over `[addr, addr + len)`.
 ///
 /// # Safety
-/// The range is page-aligned, inside one live mapping of this process, and
-/// `advice` is one that cannot change the contents the process sees (or
-/// the caller says why the change is harmless there).
+/// The range is page-aligned, and `advice` is one that cannot change the
+/// contents the process sees there (or the caller says why the change is
+/// harmless there). A range that is not mapped only fails (`ENOMEM`).
 unsafe fn madvise(addr: usize, len: usize, advice: libc::c_int) -> io::Result<()> {
     // SAFETY: forwarded to the caller.
     if unsafe { libc::madvise(addr as *mut libc::c_void, len, advice) } == 0 {
@@ -150,6 +150,21 @@ pub(crate) struct FileMap {
     file: File,
     /// The file offset the map starts at.
     start: u64,
+    /// The runtime's own map of the same file, once [`FileMap::follow`]
+    /// has checked it: the access advice given this map is given there too,
+    /// and a release pages the range out there.
+    runtime: std::sync::Mutex<Option<RuntimeMap>>,
+}
+
+/// Where a runtime's own map of a [`FileMap`]'s file holds which of its
+/// bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RuntimeMap {
+    /// The runtime's address of the map's offset 0 (which it need not map).
+    at: usize,
+    /// The map's offsets it was checked to map, page-aligned.
+    from: usize,
+    to: usize,
 }
 
 impl FileMap {
@@ -172,7 +187,62 @@ impl FileMap {
             map,
             file: file.try_clone()?,
             start,
+            runtime: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Give this map's advice and releases over `[from, to)` from now on
+    /// to the runtime's own map of the same file too, whose address for
+    /// this map's offset 0 is `at` (Linux and Android). A runtime that
+    /// computes on its own map (llama.cpp's) faults its pages in there, and
+    /// the kernel drops no page another map holds: releasing this map's
+    /// pages alone would leave them in memory.
+    ///
+    /// Returns whether this is news: not the runtime map followed already.
+    ///
+    /// # Errors
+    /// `InvalidInput` unless `/proc/self/maps` shows the runtime's
+    /// addresses of `[from, to)` as a map of this file, without a gap,
+    /// read-only, at the same offsets; `Unsupported` on every other
+    /// platform.
+    pub(crate) fn follow(&self, at: usize, from: usize, to: usize) -> io::Result<bool> {
+        let page = page_size();
+        let (from, to) = (from / page * page, to.min(self.len()).div_ceil(page) * page);
+        let asked = RuntimeMap { at, from, to };
+        let mut runtime = self.runtime.lock().unwrap_or_else(|e| e.into_inner());
+        if *runtime == Some(asked) {
+            return Ok(false);
+        }
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            let maps = std::fs::read_to_string("/proc/self/maps")?;
+            let meta = self.file.metadata()?;
+            let dev = meta.dev() as libc::dev_t;
+            let file = (libc::major(dev) as u32, libc::minor(dev) as u32, meta.ino());
+            let first = at.wrapping_add(from);
+            if to <= from || !maps_file(&maps, first, to - from, file, self.start + from as u64) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{first:#x} is not a read-only map of this file at the same offsets"),
+                ));
+            }
+            *runtime = Some(asked);
+            Ok(true)
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "no /proc/self/maps on this platform",
+        ))
+    }
+
+    /// The runtime's addresses of `[off, off + len)`, as far as it was
+    /// checked to map them, if it is followed: the start and the length.
+    fn runtime_range(&self, off: usize, len: usize) -> Option<(usize, usize)> {
+        let runtime = *self.runtime.lock().unwrap_or_else(|e| e.into_inner());
+        let r = runtime?;
+        let (start, end) = (off.max(r.from), (off + len).min(r.to));
+        (start < end).then(|| (r.at.wrapping_add(start), end - start))
     }
 
     pub(crate) fn bytes(&self) -> &[u8] {
@@ -202,6 +272,15 @@ impl FileMap {
                 return Ok(());
             }
         };
+        if let Some((theirs, n)) = self.runtime_range(off, len) {
+            // SAFETY: NORMAL, RANDOM and SEQUENTIAL only change read-ahead,
+            // never what memory holds, whatever the range now is (the
+            // runtime may have unmapped it since `follow`): at worst a hint
+            // lands elsewhere, or the call fails. The range is page-aligned:
+            // `follow` checked that the runtime maps the file at the same
+            // offsets. Advisory.
+            let _ = unsafe { madvise(theirs, n, a) };
+        }
         // SAFETY: the range is page-aligned and inside this live map;
         // NORMAL, RANDOM and SEQUENTIAL only change read-ahead.
         unsafe { madvise(self.at(off), len, a) }
@@ -226,10 +305,18 @@ impl FileMap {
     /// nothing): its faults read base pages again. Advisory.
     pub(crate) fn base_pages(&self, off: usize, len: usize) {
         #[cfg(any(target_os = "linux", target_os = "android"))]
-        // SAFETY: the range is page-aligned and inside this live map;
-        // MADV_NOHUGEPAGE changes how pages are read and mapped, not what
-        // they hold.
-        let _ = unsafe { madvise(self.at(off), len, libc::MADV_NOHUGEPAGE) };
+        {
+            if let Some((theirs, n)) = self.runtime_range(off, len) {
+                // SAFETY: MADV_NOHUGEPAGE changes how pages are read and
+                // mapped, not what they hold, whatever the range now is;
+                // page-aligned, as in `advise`. Advisory.
+                let _ = unsafe { madvise(theirs, n, libc::MADV_NOHUGEPAGE) };
+            }
+            // SAFETY: the range is page-aligned and inside this live map;
+            // MADV_NOHUGEPAGE changes how pages are read and mapped, not
+            // what they hold.
+            let _ = unsafe { madvise(self.at(off), len, libc::MADV_NOHUGEPAGE) };
+        }
         let _ = (off, len);
     }
 
@@ -286,9 +373,10 @@ impl FileMap {
         unsafe { madvise(self.at(off), len, libc::MADV_WILLNEED) }
     }
 
-    /// Drop the range from this map (`MADV_DONTNEED`) and from the page
-    /// cache (`POSIX_FADV_DONTNEED`, Linux, which drops only clean pages no
-    /// other mapping holds).
+    /// Drop the range from this map (`MADV_DONTNEED`), page it out of the
+    /// runtime's map where one is followed (`MADV_PAGEOUT`), and drop it
+    /// from the page cache (`POSIX_FADV_DONTNEED`, Linux, which drops only
+    /// clean pages no other mapping holds).
     pub(crate) fn release(&self, off: usize, len: usize) -> io::Result<()> {
         // SAFETY: MADV_DONTNEED discards a private mapping's pages, and with
         // them any copy-on-write changes; this map is PROT_READ and never
@@ -296,6 +384,20 @@ impl FileMap {
         // bytes, which the map's contract says do not change. The range is
         // page-aligned and inside the map.
         unsafe { madvise(self.at(off), len, libc::MADV_DONTNEED)? };
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if let Some((theirs, n)) = self.runtime_range(off, len) {
+            // Not MADV_DONTNEED: the runtime's range is not this value's,
+            // and may have been unmapped and reused since `follow`.
+            // SAFETY: PAGEOUT reclaims pages as memory pressure would,
+            // writing back what it must and keeping every byte (Linux 5.4+;
+            // a file's pages only for a process that owns the file or may
+            // write it); COLD only moves them to the front of reclaim.
+            // Neither changes what any address reads. Advisory.
+            if unsafe { madvise(theirs, n, libc::MADV_PAGEOUT) }.is_err() {
+                // SAFETY: as above.
+                let _ = unsafe { madvise(theirs, n, libc::MADV_COLD) };
+            }
+        }
         drop_cached(&self.file, self.start + off as u64, len as u64);
         Ok(())
     }
@@ -1188,4 +1290,102 @@ pub(crate) fn is_read_only(e: &io::Error) -> bool {
         e.raw_os_error(),
         Some(libc::EROFS | libc::EACCES | libc::EPERM)
     )
+}
+
+/// Whether `[at, at + len)` of this process maps, without a gap and
+/// read-only, the file `file` (device major, minor, inode) from file offset
+/// `offset` on, by the text of `/proc/self/maps` (one map a line, by
+/// address: `start-end perms offset major:minor inode [path]`, in hex but
+/// the inode).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn maps_file(maps: &str, at: usize, len: usize, file: (u32, u32, u64), offset: u64) -> bool {
+    let Some(end) = at.checked_add(len).filter(|_| len > 0) else {
+        return false;
+    };
+    // Every address below `shown` is shown to map the file as asked.
+    let mut shown = at;
+    for line in maps.lines() {
+        let Some(m) = MapsLine::parse(line) else {
+            return false;
+        };
+        if m.end <= shown {
+            continue;
+        }
+        let expected = offset + (shown - at) as u64;
+        let here = m.offset.checked_add((shown.wrapping_sub(m.start)) as u64);
+        if m.start > shown || m.file != file || m.writable || here != Some(expected) {
+            return false;
+        }
+        shown = m.end;
+        if shown >= end {
+            return true;
+        }
+    }
+    false
+}
+
+/// One line of `/proc/self/maps`.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+struct MapsLine {
+    start: usize,
+    end: usize,
+    writable: bool,
+    offset: u64,
+    file: (u32, u32, u64),
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+impl MapsLine {
+    fn parse(line: &str) -> Option<MapsLine> {
+        let mut fields = line.split_ascii_whitespace();
+        let (start, end) = fields.next()?.split_once('-')?;
+        let perms = fields.next()?;
+        let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
+        let (major, minor) = fields.next()?.split_once(':')?;
+        let inode = fields.next()?.parse().ok()?;
+        Some(MapsLine {
+            start: usize::from_str_radix(start, 16).ok()?,
+            end: usize::from_str_radix(end, 16).ok()?,
+            writable: perms.as_bytes().get(1) != Some(&b'-'),
+            offset,
+            file: (
+                u32::from_str_radix(major, 16).ok()?,
+                u32::from_str_radix(minor, 16).ok()?,
+                inode,
+            ),
+        })
+    }
+}
+
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+mod tests {
+    use super::*;
+
+    /// A file (fe:01, inode 77) mapped whole at 0x10000, split in two by
+    /// advice, then a map of another file and one written to.
+    const MAPS: &str = "\
+00010000-00030000 r--p 00000000 fe:01 77 /models/a.gguf
+00030000-00050000 r--p 00020000 fe:01 77 /models/a.gguf
+00050000-00060000 r--p 00000000 fe:01 78 /models/b.gguf
+00060000-00070000 rw-p 00000000 fe:01 77 /models/a.gguf
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]
+";
+    const A: (u32, u32, u64) = (0xfe, 1, 77);
+
+    #[test]
+    fn a_range_maps_the_file_only_read_only_at_the_same_offsets_without_a_gap() {
+        // Whole, across the split, and from within.
+        assert!(maps_file(MAPS, 0x10000, 0x40000, A, 0));
+        assert!(maps_file(MAPS, 0x28000, 0x10000, A, 0x18000));
+        // Another offset, file or device.
+        assert!(!maps_file(MAPS, 0x10000, 0x40000, A, 0x1000));
+        assert!(!maps_file(MAPS, 0x10000, 0x40000, (0xfe, 1, 78), 0));
+        assert!(!maps_file(MAPS, 0x10000, 0x40000, (0xfe, 2, 77), 0));
+        // Past its end, into another file's map; writable; not mapped.
+        assert!(!maps_file(MAPS, 0x10000, 0x41000, A, 0));
+        assert!(!maps_file(MAPS, 0x60000, 0x1000, A, 0));
+        assert!(!maps_file(MAPS, 0x8000, 0x1000, A, 0));
+        assert!(!maps_file(MAPS, 0x10000, 0, A, 0));
+        assert!(!maps_file(MAPS, usize::MAX, 2, A, 0));
+    }
 }

@@ -212,6 +212,15 @@ impl FileMap {
         self.ptr as usize + off
     }
 
+    /// Windows has no read-ahead advice to give a runtime's own view, and
+    /// no way to page out pages another view holds.
+    pub(crate) fn follow(&self, _at: usize, _from: usize, _to: usize) -> io::Result<bool> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "no advice for another view on Windows",
+        ))
+    }
+
     /// Windows has no read-ahead advice: `WillNeed` prefetches, the rest do
     /// nothing.
     pub(crate) fn advise(&self, advice: AccessAdvice, off: usize, len: usize) -> io::Result<()> {
