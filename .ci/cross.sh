@@ -105,10 +105,16 @@ a64=aarch64-unknown-linux-gnu
 # The memory cgroup tests (budget_cgroup.rs) charge qemu's own translator
 # memory to the group beside the load's, so the limits they set say
 # nothing about the library there.
+# The SIGBUS test (reliability.rs) truncates the file 50 ms after the
+# child's mapping appears, counting on the load being over by then, as it
+# is natively: emulated, the child may still be loading, before `load`
+# installs its SIGBUS handler, and died of an uncaught SIGBUS once
+# (ad2a659, which changed neither the command nor the load).
 a64_skip=(--skip under_rlimit_as_is_an_error_not_an_abort
   --skip gen_writes_a_tensor_larger_than_its_address_space
   --skip a_full_page_cache_plans_as_a_cold_start
-  --skip a_copy_larger_than_the_room_is_still_refused)
+  --skip a_copy_larger_than_the_room_is_still_refused
+  --skip load_hashes_on_a_file_truncated_under_its_mapping_is_one_error_line)
 a64_test() {
   local pkg=$1
   shift
