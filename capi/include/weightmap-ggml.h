@@ -169,8 +169,9 @@ static inline int wm_ggml_place(wm_weights *w, ggml_backend_buffer_type_t buft, 
  * slices it releases, which the kernel would otherwise keep (it drops no
  * page a mapping holds). Memory that is not a read-only mapping of the
  * file (a heap copy, llama.cpp's --no-mmap) is refused, and the announcer
- * stops asking if nothing was followed before. `follow` turns it off (after init: 0 when the environment
- * variable WEIGHTMAP_FOLLOW is "0"). A runtime's own eval callback goes in
+ * stops asking if nothing was followed before. `follow` turns it off
+ * (after init: 0 when the environment variable WEIGHTMAP_FOLLOW is "0").
+ * A runtime's own eval callback goes in
  * `next`/`next_data`: it is asked about every node and shown those it
  * asked for, and its answer ends the compute as before. `on_announce`, when
  * set, is told each announcement (the tensor's index, and its experts or
