@@ -512,3 +512,77 @@ fn a_released_slice_leaves_the_runtimes_own_mapping_too() {
         "{followed}: expert 0 stayed in the runtime's mapping"
     );
 }
+
+#[test]
+fn a_followed_mapping_is_advised_as_the_loads_own_and_its_expert_tensors_again() {
+    let test = "a_followed_mapping_is_advised_as_the_loads_own_and_its_expert_tensors_again";
+    if !cfg!(any(target_os = "linux", target_os = "android"))
+        || !common::proc_self_observable(test, "smaps")
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = moe_model(dir.path());
+    let file = std::fs::File::open(&path).unwrap();
+    // SAFETY: the test's own file, unchanged while mapped.
+    let theirs = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+    let page = weightmap::page_size();
+    // The whole pages of tensor `i` in the runtime's mapping: advice never
+    // reaches a neighbour's.
+    let theirs_of = |w: &Weights, i: usize| {
+        let info = w.tensor_at(i).unwrap().info();
+        let at = theirs.as_ptr() as usize + info.file_offset as usize;
+        let (start, end) = (
+            at.div_ceil(page) * page,
+            (at + info.nbytes as usize) / page * page,
+        );
+        (start, end - start)
+    };
+    // Room for one expert beside the 8 MiB read whole (experts stream), and
+    // for less than the 8 MiB (everything streams), each beside the
+    // runtime's 64 MiB.
+    for (room, plan) in [(8 + 4, "stream_experts"), (4, "stream_all")] {
+        let budget = (64 + room) * MIB as u64 + 4096;
+        let opts = LoadOptions::default()
+            .prefetch(Prefetch::None)
+            .budget(budget);
+        let w = load(&path, &opts);
+        assert_eq!(w.report().residency.name(), plan);
+        let b = w.tensor("a").unwrap().host_bytes().unwrap();
+        if !common::all_flagged(b.as_ptr() as usize, b.len(), "hg", true) {
+            println!("{test}: skipped: the load advised no huge pages here (THP off)");
+            return;
+        }
+        let exps = w.tensor_index("blk.0.ffn_up_exps.weight").unwrap();
+        // Announced before the runtime's mapping is followed: advised in
+        // weightmap's own mapping only.
+        w.prefetch(&[Need::experts(exps, &[0])]).unwrap();
+        let (a, a_len) = theirs_of(&w, w.tensor_index("a").unwrap());
+        assert!(common::all_flagged(a, a_len, "hg", false));
+        w.follow_runtime_mapping(
+            exps,
+            (theirs.as_ptr() as usize + w.tensor_at(exps).unwrap().info().file_offset as usize)
+                as *const u8,
+        )
+        .unwrap();
+        // The load's huge pages reach the runtime's mapping where the
+        // tensors read whole stream, not where experts do.
+        let huge = plan == "stream_all";
+        assert!(
+            common::all_flagged(a, a_len, "hg", huge),
+            "{plan}: {:?}",
+            common::vm_flags(a, a_len)
+        );
+        // The expert tensor's own advice, given again at its next
+        // announcement, comes after the region's.
+        w.prefetch(&[Need::experts(exps, &[1])]).unwrap();
+        let (e, e_len) = theirs_of(&w, exps);
+        for flag in ["nh", "rr"] {
+            assert!(
+                common::all_flagged(e, e_len, flag, true),
+                "{plan}: {flag}: {:?}",
+                common::vm_flags(e, e_len)
+            );
+        }
+    }
+}

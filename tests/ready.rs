@@ -93,39 +93,6 @@ fn assert_file_bytes(path: &Path, w: &Weights, names: &[&str]) {
     }
 }
 
-/// The `VmFlags` of every mapping of this process that overlaps
-/// `[addr, addr + len)`, with the part of the range each covers.
-fn vm_flags(addr: usize, len: usize) -> Vec<(usize, usize, Vec<String>)> {
-    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-    let mut out = Vec::new();
-    let mut cur: Option<(usize, usize)> = None;
-    for line in smaps.lines() {
-        let first = line.split_whitespace().next().unwrap_or("");
-        if let Some((a, b)) = first.split_once('-') {
-            if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
-                cur = Some((a, b));
-                continue;
-            }
-        }
-        if let (Some(flags), Some((a, b))) = (line.strip_prefix("VmFlags:"), cur) {
-            let (s, e) = (a.max(addr), b.min(addr + len));
-            if s < e {
-                out.push((s, e, flags.split_whitespace().map(str::to_owned).collect()));
-            }
-        }
-    }
-    out
-}
-
-/// Whether every mapping over `[addr, addr + len)` has (or, with `want`
-/// false, lacks) the flag `flag`.
-fn all_flagged(addr: usize, len: usize, flag: &str, want: bool) -> bool {
-    let v = vm_flags(addr, len);
-    !v.is_empty()
-        && v.iter()
-            .all(|(_, _, f)| f.iter().any(|x| x == flag) == want)
-}
-
 fn tensor_addr(w: &Weights, name: &str) -> (usize, usize) {
     let b = w.tensor(name).unwrap().host_bytes().unwrap();
     (b.as_ptr() as usize, b.len())
@@ -169,15 +136,23 @@ fn per_tensor_advice_makes_only_untied_lookup_tables_random() {
     assert_eq!(w.report().random_access_tensors, ["token_embd.weight"]);
     if flags {
         let (a, n) = inner_pages(&w, "token_embd.weight");
-        assert!(all_flagged(a, n, "rr", true), "{:?}", vm_flags(a, n));
+        assert!(
+            common::all_flagged(a, n, "rr", true),
+            "{:?}",
+            common::vm_flags(a, n)
+        );
         for t in ["blk.0.attn_q.weight", "output.weight"] {
             let (a, n) = tensor_addr(&w, t);
-            assert!(all_flagged(a, n, "rr", false), "{t}: {:?}", vm_flags(a, n));
+            assert!(
+                common::all_flagged(a, n, "rr", false),
+                "{t}: {:?}",
+                common::vm_flags(a, n)
+            );
         }
         // The page token_embd shares with its neighbour keeps read-ahead.
         let (a, n) = tensor_addr(&w, "token_embd.weight");
         let last = (a + n) / page() * page();
-        assert!(all_flagged(last, 1, "rr", false));
+        assert!(common::all_flagged(last, 1, "rr", false));
     }
     assert_file_bytes(&untied, &w, &[]);
 
@@ -188,7 +163,7 @@ fn per_tensor_advice_makes_only_untied_lookup_tables_random() {
     if flags {
         let (s, e) = w.header().tensor_region();
         let base = w.mapped().unwrap().file_bytes().as_ptr() as usize;
-        assert!(all_flagged(
+        assert!(common::all_flagged(
             base + s as usize,
             (e - s) as usize,
             "rr",
@@ -203,14 +178,18 @@ fn per_tensor_advice_makes_only_untied_lookup_tables_random() {
     let w = load(&tied, &opts);
     let (a, n) = inner_pages(&w, "blk.0.attn_q.weight");
     if flags {
-        assert!(all_flagged(a, n, "rr", true));
+        assert!(common::all_flagged(a, n, "rr", true));
     }
     w.advise("blk.0.attn_q.weight", AccessAdvice::Sequential)
         .unwrap();
     if flags {
-        assert!(all_flagged(a, n, "sr", true), "{:?}", vm_flags(a, n));
+        assert!(
+            common::all_flagged(a, n, "sr", true),
+            "{:?}",
+            common::vm_flags(a, n)
+        );
         let (a2, n2) = inner_pages(&w, "blk.0.ffn_up.weight");
-        assert!(all_flagged(a2, n2, "rr", true));
+        assert!(common::all_flagged(a2, n2, "rr", true));
     }
     assert_file_bytes(&tied, &w, &["blk.0.attn_q.weight"]);
     assert!(matches!(

@@ -8,10 +8,12 @@ fresh cgroup-v1 memory cgroup of a fraction of the file's size.
         [--fractions 0.5] [--tokens 16] [--rounds 3] [--modes plain,announce]
 
 The modes: plain (llama.cpp's own mapping alone), announce (with the
-hook), and announce with options after `+`: predict (the hook's predictor
+hook), each as MODE@LLAMA_GEN to run another build side by side, and
+announce with options after `+`: predict (the hook's predictor
 on, WEIGHTMAP_PREDICT=1; its hit rate is reported), nofollow (the hook
 leaves llama.cpp's mapping unfollowed, WEIGHTMAP_FOLLOW=0: weightmap's
-advice and releases act on its own mapping only); announce+predict+nofollow
+advice and releases act on its own mapping only), noahead (a batch's next
+layer is not read ahead, WEIGHTMAP_BATCH_AHEAD=0); announce+predict+nofollow
 takes both.
 
 LLAMA_GEN is benches/residency/llama_gen built (benches/residency/
@@ -28,11 +30,20 @@ with the OOM kills; and, over the budget, how many distinct expert slices llama.
 router chose (the hook's count): with synthetic weights its choices say
 nothing of a real model's.
 
+With --prompt N, the prompt is N tokens decoded as one batch (a
+prefill), and each mode also reports the prompt's time and the bytes it
+read, against its limit: the slower of the in-memory run's prompt and the
+whole file read at the device rate (cold, a prompt that names most experts
+reads about all of it).
+
 The LRU bound: llama.cpp's router's own choices (the hook's run's,
 decode by decode) replayed through an LRU cache of expert slices holding
 the cgroup's limit less the tensors not stored by experts and 64 MiB,
 starting empty as the cold run does; the bytes it misses a token after the
-first, divided by the device rate, never faster than in memory.
+first, divided by the device rate, never faster than in memory. For a
+dense model, the limit: the bytes of the tensors that cannot stay in that
+room (all of them less the room) read each token at the device rate,
+never faster than in memory.
 """
 import argparse
 import json
@@ -76,17 +87,22 @@ def main():
     p.add_argument("--tokens", type=int, default=16)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--modes", default="plain,announce")
+    p.add_argument("--prompt", type=int, default=0,
+                   help="a prompt of this many tokens, decoded as one batch (a prefill)")
     a = p.parse_args()
     if not can_limit():
         return
     size, rate = size_and_rate(a.model)
     print(f"model {a.model}: {size / 1e9:.2f} GB; device rate {rate / 1e9:.2f} GB/s")
-    options = {"predict": "WEIGHTMAP_PREDICT=1", "nofollow": "WEIGHTMAP_FOLLOW=0"}
+    options = {"predict": "WEIGHTMAP_PREDICT=1", "nofollow": "WEIGHTMAP_FOLLOW=0",
+               "noahead": "WEIGHTMAP_BATCH_AHEAD=0"}
 
     def gen(mode, limit):
+        mode, _, binary = mode.partition("@")
         mode, *asked = mode.split("+")
         env = ["env", *(options[o] for o in asked)] if asked else []
-        return run_in_cgroup([*env, a.llama_gen, a.model, str(a.tokens), mode], limit)
+        prompt = [str(a.prompt)] if a.prompt else []
+        return run_in_cgroup([*env, binary or a.llama_gen, a.model, str(a.tokens), mode, *prompt], limit)
     subprocess.run(["cat", a.model], stdout=subprocess.DEVNULL, check=True)
     mem, _ = gen("plain", None)
     print(f"in memory: {mem['tok_s']:.2f} tok/s, first token {mem['first_token_s']:.2f} s, "
@@ -115,6 +131,24 @@ def main():
             print(f"  {mode:9s} {tok_s:6.2f} tok/s ({tok_s / mem['tok_s']:4.0%} of in memory)  "
                   f"first token {first:6.2f} s  read {read / 1e6:6.0f} MB a token  tokens "
                   f"{'same' if same else 'DIFFER'}  OOM kills {kills}  runs {len(ok)}/{len(rs)}")
+            if a.prompt:
+                # Cold, a prefill reads every tensor it touches at least
+                # once: the file, at the device rate, or computes as fast
+                # as in memory, whichever is slower.
+                prompt_s = statistics.median(r["prompt_s"] for r in ok)
+                prompt_read = statistics.median(r["prompt_read_bytes"] for r in ok)
+                bound = max(mem["prompt_s"], size / rate)
+                print(f"            prompt of {ok[0]['prompt_tokens']} tokens: {prompt_s:.2f} s, read "
+                      f"{prompt_read / 1e6:.0f} MB; limit {bound:.2f} s (in memory {mem['prompt_s']:.2f} s, "
+                      f"the file at the device rate {size / rate:.2f} s): {bound / prompt_s:.0%} of it"
+                      + (f"; {ok[0]['read_ahead_whole']} expert tensors read ahead whole"
+                         if "read_ahead_whole" in ok[0] else ""))
+            if ok[0].get("whole_bytes") and not ok[0].get("expert_slices_announced"):
+                # A dense model: what cannot stay is read every token.
+                must = max(ok[0]["whole_bytes"] - (limit - RESERVE), 0)
+                bound = min(mem["tok_s"], rate / must) if must else mem["tok_s"]
+                print(f"            limit: {must / 1e6:.0f} MB a token cannot stay, {bound:.2f} tok/s; "
+                      f"{mode} at {tok_s / bound:.0%} of it")
             if ok[0].get("expert_slices_announced"):
                 # What llama.cpp's router chose, as the hook saw it.
                 r = ok[0]

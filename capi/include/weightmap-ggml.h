@@ -189,7 +189,19 @@ static inline int wm_ggml_place(wm_weights *w, ggml_backend_buffer_type_t buft, 
  * expert tensors as likely (wm_prefetch_likely): they are read while the
  * attention computes, with the spare time and room only. The true experts
  * follow as above; of each layer's distinct true experts, those guessed
- * count in predicted_hits and the rest in predicted_misses. */
+ * count in predicted_hits and the rest in predicted_misses.
+ *
+ * A batch (a prompt's) whose ids name at least seven eighths of a tensor's
+ * experts reads about the whole tensor, in every layer. Over the budget,
+ * where the room for expert slices holds three layers' expert tensors,
+ * the announcer then also announces the next layer's same tensor
+ * ("blk.L+1....") whole, as it announces this one's experts: its reads go
+ * to weightmap's thread and come in while this layer computes, where
+ * otherwise they would start only once the next router has run. The
+ * residency then keeps and releases its slices as the next layer's own
+ * announcement names them. `batch_ahead` turns it off (after init: 0 when
+ * the environment variable WEIGHTMAP_BATCH_AHEAD is "0"); read_ahead_whole
+ * counts those announcements. */
 
 struct wm_ggml_announcer {
     const wm_weights *w;
@@ -207,8 +219,12 @@ struct wm_ggml_announcer {
     uint64_t predicted_hits, predicted_misses; /* true experts guessed, and not */
     int follow;                               /* 1: the runtime's own mapping is followed (after init: unless $WEIGHTMAP_FOLLOW == "0") */
     uint64_t following, follow_refused;       /* weights whose mapping is followed, and refusals */
+    int batch_ahead;                          /* 1: a batch's next layer is read ahead (after init: unless $WEIGHTMAP_BATCH_AHEAD == "0") */
+    uint64_t read_ahead_whole;                /* expert tensors announced whole ahead of a batch */
     /* its state */
     int over_budget;                          /* the weights exceed the budget */
+    uint64_t layer_expert_bytes;              /* over the budget, a layer's expert tensors (on average) */
+    uint64_t expert_capacity;                 /* over the budget, the room for expert slices */
     uint64_t n, n_slots, *slots;              /* name -> index + 1, open addressing */
     const char **names;
     uint8_t *announced_whole;                 /* by index: announced whole once */
@@ -268,6 +284,7 @@ static inline int wm_ggml_announcer_init(struct wm_ggml_announcer *a, const wm_w
     struct wm_residency_plan r;
     int rc = wm_residency(w, &r);
     a->over_budget = rc == WM_OK && r.kind != WM_RESIDENCY_FITS;
+    uint64_t layers = 0; /* of expert tensors */
     for (uint64_t i = 0; rc == WM_OK && i < a->n; i++) {
         wm_tensor t;
         rc = wm_tensor_at(w, i, &t);
@@ -276,16 +293,26 @@ static inline int wm_ggml_announcer_init(struct wm_ggml_announcer *a, const wm_w
         uint64_t s = wm_ggml__hash(t.name) & (a->n_slots - 1);
         while (a->slots[s]) s = (s + 1) & (a->n_slots - 1);
         a->slots[s] = i + 1;
+        long layer;
+        if (t.n_dims == 3 && strstr(t.name, "_exps") && sscanf(t.name, "blk.%ld.", &layer) == 1 && layer >= 0 &&
+            (uint64_t)layer + 1 > layers)
+            layers = (uint64_t)layer + 1;
     }
     if (rc != WM_OK) {
         wm_ggml_announcer_free(a);
         return rc;
+    }
+    if (r.kind == WM_RESIDENCY_STREAM_EXPERTS && layers > 0) {
+        a->layer_expert_bytes = r.experts / layers;
+        a->expert_capacity = r.expert_capacity;
     }
     a->guessed_layer = -1;
     const char *predict = getenv("WEIGHTMAP_PREDICT");
     a->predict = predict && strcmp(predict, "1") == 0;
     const char *follow = getenv("WEIGHTMAP_FOLLOW");
     a->follow = !(follow && strcmp(follow, "0") == 0);
+    const char *batch_ahead = getenv("WEIGHTMAP_BATCH_AHEAD");
+    a->batch_ahead = !(batch_ahead && strcmp(batch_ahead, "0") == 0);
     const char *arch;
     uint64_t arch_len, k;
     char key[96];
@@ -358,8 +385,32 @@ static inline void wm_ggml__score(struct wm_ggml_announcer *a, uint64_t weight, 
     a->guessed_layer = -1;
 }
 
-/* Announce the experts that mul_mat_id `t`'s ids name, of weight `i`;
- * false when they cannot be read. */
+/* Weight i's namesake in the next layer ("blk.L.rest" -> "blk.L+1.rest"),
+ * or -1. */
+static inline int64_t wm_ggml__next_layer(const struct wm_ggml_announcer *a, uint64_t i) {
+    const char *name = a->names[i];
+    char *rest, next[128];
+    if (strncmp(name, "blk.", 4) != 0) return -1;
+    long layer = strtol(name + 4, &rest, 10);
+    if (rest == name + 4 || *rest != '.' || layer < 0) return -1;
+    int len = snprintf(next, sizeof next, "blk.%ld%s", layer + 1, rest);
+    return len > 0 && len < (int)sizeof next ? wm_ggml__index(a, next) : -1;
+}
+
+/* Whether a batch of `rows` whose ids name `n` of `n_expert` experts has
+ * the next layer's expert tensors read ahead whole: most of them named
+ * (seven eighths: a short prompt's few rows name fewer, and would read
+ * what it does not use), and room for experts that holds the layer in use,
+ * the next, and as much again. */
+static inline bool wm_ggml__reads_layer_ahead(const struct wm_ggml_announcer *a, int64_t rows, uint32_t n,
+                                              int64_t n_expert) {
+    return a->batch_ahead && rows > 1 && 8 * (int64_t)n >= 7 * n_expert && a->layer_expert_bytes > 0 &&
+           a->expert_capacity / 3 >= a->layer_expert_bytes;
+}
+
+/* Announce the experts that mul_mat_id `t`'s ids name, of weight `i`, and,
+ * for a batch that names most of them, the next layer's weight whole
+ * (wm_ggml__reads_layer_ahead); false when they cannot be read. */
 static inline bool wm_ggml__announce_experts(struct wm_ggml_announcer *a, const struct ggml_tensor *t, uint64_t i) {
     const struct ggml_tensor *ids = t->src[2], *as = t->src[0];
     int64_t n_expert = as->ne[2], k = ids->ne[0], rows = ids->ne[1];
@@ -388,6 +439,13 @@ static inline bool wm_ggml__announce_experts(struct wm_ggml_announcer *a, const 
         }
     }
     wm_ggml__prefetch(a, i, distinct, n);
+    if (wm_ggml__reads_layer_ahead(a, rows, n, n_expert)) {
+        int64_t next = wm_ggml__next_layer(a, i);
+        if (next >= 0) {
+            wm_ggml__prefetch(a, (uint64_t)next, NULL, 0);
+            a->read_ahead_whole++;
+        }
+    }
     if (a->guess_k <= 0) a->guess_k = k;
     wm_ggml__score(a, i, distinct, n);
     return true;

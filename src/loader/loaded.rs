@@ -76,6 +76,8 @@ pub(crate) struct Loaded {
     pub prefetcher: Option<Prefetcher>,
     pub prefetch: PrefetchDecision,
     pub random_access: Vec<usize>,
+    /// Whether the tensor region was advised to be read in huge pages.
+    pub huge_pages: bool,
     /// The tensors read whole that stream through the budget.
     pub streamed: Vec<usize>,
     /// What became of the re-read of small folios.

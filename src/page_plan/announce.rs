@@ -347,6 +347,17 @@ impl Announcer {
         started.queue.clone()
     }
 
+    /// Forget which expert tensors were advised to be read only as
+    /// announced, so that each is advised again at its next announcement:
+    /// a runtime's mapping followed since receives the advice too, after
+    /// the region's, which would otherwise undo it.
+    pub(crate) fn forget_advised(&self) {
+        self.advised
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
     /// Forget that `[start, end)` of `map` was read, so that the next
     /// announcement there reads it again: its pages were released.
     pub(crate) fn forget_read(&self, map: &crate::os::Mapping, start: usize, end: usize) {

@@ -139,17 +139,27 @@ impl PagePlan {
     }
 }
 
-/// The tensors' advice [`PagePlan::advise`] gave `map` at load, given
-/// again: the lookup tables read by row (`random_access`) and the tensors
-/// read whole that stream (`streamed`), so that a runtime's own mapping of
-/// the file followed since ([`Mapping::follow`]) receives it too. The
-/// region's advice is not repeated: a fresh mapping has it already.
+/// The advice [`PagePlan::advise`] gave `map` at load, given again, so
+/// that a runtime's own mapping of the file followed since
+/// ([`Mapping::follow`]) receives it too: huge pages over the tensor
+/// region where asked (`huge_pages`), then the lookup tables read by row
+/// (`random_access`) and the tensors read whole that stream (`streamed`).
+/// In huge pages, a fault that misses reads two huge pages, whole, where
+/// in base pages it reads one read-ahead window (BENCHMARKS.md, "llama.cpp's
+/// pages in huge pages"). The region's access advice is not repeated: it
+/// only undoes the kernel's default, which the runtime chose for its own
+/// mapping.
 pub(crate) fn advise_tensors_again(
     map: &Mapping,
     header: &Header,
+    huge_pages: bool,
     random_access: &[usize],
     streamed: &[usize],
 ) {
+    if huge_pages {
+        let (start, end) = header.tensor_region();
+        map.read_in_huge_pages(start as usize, end as usize);
+    }
     let tensors = header.tensors();
     let advised = [
         (random_access, AccessAdvice::Random),

@@ -825,3 +825,36 @@ fn probe_mapped(path: &std::path::Path, data: &[u8]) -> Result<(), String> {
     );
     Ok(())
 }
+
+/// The `VmFlags` of every mapping of this process that overlaps
+/// `[addr, addr + len)`, with the part of the range each covers.
+pub fn vm_flags(addr: usize, len: usize) -> Vec<(usize, usize, Vec<String>)> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut out = Vec::new();
+    let mut cur: Option<(usize, usize)> = None;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if let Some((a, b)) = first.split_once('-') {
+            if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
+                cur = Some((a, b));
+                continue;
+            }
+        }
+        if let (Some(flags), Some((a, b))) = (line.strip_prefix("VmFlags:"), cur) {
+            let (s, e) = (a.max(addr), b.min(addr + len));
+            if s < e {
+                out.push((s, e, flags.split_whitespace().map(str::to_owned).collect()));
+            }
+        }
+    }
+    out
+}
+
+/// Whether every mapping over `[addr, addr + len)` has (or, with `want`
+/// false, lacks) the flag `flag`.
+pub fn all_flagged(addr: usize, len: usize, flag: &str, want: bool) -> bool {
+    let v = vm_flags(addr, len);
+    !v.is_empty()
+        && v.iter()
+            .all(|(_, _, f)| f.iter().any(|x| x == flag) == want)
+}

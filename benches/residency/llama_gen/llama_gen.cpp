@@ -2,7 +2,11 @@
 // mapping of MODEL (use_mmap, CPU, 2 threads), with or without weightmap's
 // announcing hook as its eval callback (benches/residency/llama_gen.sh).
 //
-//   llama_gen MODEL N_TOKENS plain|announce
+//   llama_gen MODEL N_TOKENS plain|announce [PROMPT_TOKENS]
+//
+// PROMPT_TOKENS: the prompt made that many tokens long (seeded tokens of the
+// vocabulary after it), decoded as one batch (a prefill): "prompt_s" and
+// "prompt_read_bytes" say what it took.
 //
 // announce: weightmap maps the same file (wm_load, its budget read from the
 // system: the memory cgroup, when run in one), and wm_ggml_announce
@@ -104,12 +108,13 @@ static void quiet(enum ggml_log_level level, const char *text, void *) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4 || (strcmp(argv[3], "plain") != 0 && strcmp(argv[3], "announce") != 0)) {
-        fprintf(stderr, "usage: %s MODEL N_TOKENS plain|announce\n", argv[0]);
+    if ((argc != 4 && argc != 5) || (strcmp(argv[3], "plain") != 0 && strcmp(argv[3], "announce") != 0)) {
+        fprintf(stderr, "usage: %s MODEL N_TOKENS plain|announce [PROMPT_TOKENS]\n", argv[0]);
         return 2;
     }
     const char *path = argv[1];
     const int n_gen = atoi(argv[2]);
+    const int n_prompt = argc == 5 ? atoi(argv[4]) : 0;
     const bool announce = strcmp(argv[3], "announce") == 0;
     llama_log_set(quiet, nullptr);
     llama_backend_init();
@@ -129,8 +134,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = 512;
-    cp.n_batch = 64;
+    cp.n_ctx = std::max(512, n_prompt + n_gen + 8);
+    cp.n_batch = std::max(64, n_prompt);
+    cp.n_ubatch = cp.n_batch;
     cp.n_threads = 2;
     cp.n_threads_batch = 2;
     wm_weights *w = nullptr;
@@ -166,6 +172,16 @@ int main(int argc, char **argv) {
         return 1;
     }
     toks.resize(n);
+    // A prefill: the prompt, then tokens drawn from the vocabulary's upper
+    // part (seeded; the same in every run), so that its rows route as
+    // diversely as a long text would, not as a few tokens repeated.
+    const int32_t n_vocab = llama_vocab_n_tokens(vocab);
+    uint64_t draw = 46;
+    while ((int)toks.size() < n_prompt && n_vocab > 2048) {
+        draw = draw * 6364136223846793005ull + 1442695040888963407ull;
+        toks.push_back((llama_token)(1024 + (draw >> 33) % (uint64_t)(n_vocab - 2048)));
+    }
+    n = (int)toks.size();
     // Sampled, seeded: the same logits give the same tokens in every run,
     // and synthetic weights, whose greedy choice repeats one token (and so
     // one routing), give a different token, and experts, each step.
@@ -176,13 +192,15 @@ int main(int argc, char **argv) {
     llama_token tok;
     const unsigned long long read_before = storage_read_bytes();
     const double t_start = now();
-    double t_first = 0;
+    double t_first = 0, t_prompt = 0;
+    unsigned long long prompt_read = 0;
     for (int i = 0; i < n_gen; i++) {
         routed.decode = i;
         if (llama_decode(ctx, batch) != 0) {
             fprintf(stderr, "llama_decode failed at token %d\n", i);
             return 1;
         }
+        if (i == 0) t_prompt = now() - t_start, prompt_read = storage_read_bytes() - read_before;
         tok = llama_sampler_sample(sampler, ctx, -1);
         out.push_back(tok);
         if (i == 0) t_first = now() - t_start;
@@ -192,18 +210,18 @@ int main(int argc, char **argv) {
     const unsigned long long gen_read = storage_read_bytes() - read_before;
 
     printf("{\"mode\": \"%s\", \"load_s\": %.3f, \"first_token_s\": %.3f, \"tok_s\": %.3f, \"prompt_tokens\": %d, "
-           "\"gen_read_bytes\": %llu",
-           argv[3], t_load, t_first, n_gen > 1 ? (n_gen - 1) / t_rest : 0.0, n, gen_read);
+           "\"gen_read_bytes\": %llu, \"prompt_s\": %.3f, \"prompt_read_bytes\": %llu",
+           argv[3], t_load, t_first, n_gen > 1 ? (n_gen - 1) / t_rest : 0.0, n, gen_read, t_prompt, prompt_read);
     if (announce)
         printf(", \"announced\": %llu, \"ids_unread\": %llu, \"last_error\": %d, \"residency\": %u, "
                "\"expert_slices_announced\": %llu, \"expert_slices_distinct\": %llu, \"predict\": %d, "
                "\"predicted_layers\": %llu, \"predicted_hits\": %llu, \"predicted_misses\": %llu, "
-               "\"following\": %llu, \"follow_refused\": %llu",
+               "\"following\": %llu, \"follow_refused\": %llu, \"read_ahead_whole\": %llu",
                (unsigned long long)a.announced, (unsigned long long)a.ids_unread, a.last_error, plan.kind,
                (unsigned long long)routed.announced, (unsigned long long)routed.distinct, a.predict,
                (unsigned long long)a.predicted, (unsigned long long)a.predicted_hits,
                (unsigned long long)a.predicted_misses, (unsigned long long)a.following,
-               (unsigned long long)a.follow_refused);
+               (unsigned long long)a.follow_refused, (unsigned long long)a.read_ahead_whole);
     if (announce) {
         std::vector<double> distinct, top_share;
         for (size_t t = 0; t < routed.used.size(); t++) {

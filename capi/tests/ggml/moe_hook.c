@@ -23,7 +23,9 @@
  * layer's router reads its normalised input, named "attn_norm-L" as
  * llama.cpp names it: over the budget, the announcer's predictor (turned
  * on) guesses every layer, the last token's experts among its guesses;
- * turned off, it guesses none; the output is the same either way.
+ * turned off, it guesses none; the output is the same either way. The
+ * rule that reads a batch's next layer ahead is checked on its own
+ * (check_batch_ahead).
  *
  * Usage: ggml_moe_hook MOE.gguf
  * Prints "N passed, N failed" and a PASS or FAIL line; exits nonzero on
@@ -213,6 +215,29 @@ static void check_experts(const struct run *r, const char *label) {
     }
 }
 
+/* A batch's next layer read ahead: which tensor is the next layer's, and
+ * when a batch reads it whole (most experts named, and room for three
+ * layers); never where that room is unknown, as in this file's tight
+ * budget, so the computes above announced no expert tensor whole. */
+static void check_batch_ahead(const wm_weights *over) {
+    struct wm_ggml_announcer a;
+    CHECK(wm_ggml_announcer_init(&a, over) == WM_OK, "wm_ggml_announcer_init");
+    int64_t up0 = wm_ggml__index(&a, "blk.0.ffn_up_exps.weight"), up1 = wm_ggml__index(&a, "blk.1.ffn_up_exps.weight");
+    CHECK(up0 >= 0 && up1 >= 0 && wm_ggml__next_layer(&a, (uint64_t)up0) == up1, "blk.0's next layer is blk.1");
+    CHECK(wm_ggml__next_layer(&a, (uint64_t)up1) == -1, "the last layer has no next");
+    int64_t embd = wm_ggml__index(&a, "token_embd.weight");
+    CHECK(embd >= 0 && wm_ggml__next_layer(&a, (uint64_t)embd) == -1, "a weight of no layer has no next");
+    CHECK(a.batch_ahead && a.layer_expert_bytes > 0, "a layer's expert bytes are known over the budget");
+    CHECK(!wm_ggml__reads_layer_ahead(&a, TOKENS, 8, 8), "read ahead with room for less than three layers");
+    a.expert_capacity = 3 * a.layer_expert_bytes;
+    CHECK(wm_ggml__reads_layer_ahead(&a, TOKENS, 7, 8), "7 of 8 experts named, room for three layers: not read ahead");
+    CHECK(!wm_ggml__reads_layer_ahead(&a, TOKENS, 6, 8), "6 of 8 experts named: read ahead");
+    CHECK(!wm_ggml__reads_layer_ahead(&a, 1, 8, 8), "one row, a decode: read ahead");
+    a.batch_ahead = 0;
+    CHECK(!wm_ggml__reads_layer_ahead(&a, TOKENS, 8, 8), "batch_ahead = 0: read ahead");
+    wm_ggml_announcer_free(&a);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s MOE.gguf\n", argv[0]);
@@ -272,6 +297,8 @@ int main(int argc, char **argv) {
     for (int e = 0; e < 64; e++) announced += run.announced[0][0][e];
     printf("over the budget: layer 0's experts: %d of 8 announced, those its ids name; output bit-identical\n",
            announced);
+
+    check_batch_ahead(over);
 
     wm_free(fits);
     wm_free(over);

@@ -193,6 +193,7 @@ pub(crate) fn stream_source(src: &Source<'_>, opts: &LoadOptions) -> Result<Load
         whole_and_expert_bytes: (0, 0),
         random_access: Vec::new(),
         streamed: Vec::new(),
+        huge_pages: false,
         reread: match opts.reread_small_folios {
             true => Reread::Refused(RereadRefusal::NotMapped),
             false => Reread::Off,

@@ -193,7 +193,10 @@ impl Weights {
             source,
         })?;
         if news {
+            // The load's advice first, then each expert tensor's own, given
+            // again at its next announcement.
             self.advise_again(tensor);
+            self.announcer().forget_advised();
         }
         Ok(())
     }

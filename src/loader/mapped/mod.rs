@@ -148,6 +148,7 @@ unsafe fn map_source(
     let (buffers, buffer_reports, slots) = placed.finish();
     // Last, once everything is validated and placed: the prefetch of what
     // stays mapped, as the plan says.
+    let huge_pages = plan.prefetch.huge_pages;
     let (prefetcher, prefetch) = Prefetcher::start(&map, plan.prefetch)?;
     Ok(Loaded {
         budget,
@@ -159,6 +160,7 @@ unsafe fn map_source(
         map: Some(map),
         prefetcher,
         prefetch,
+        huge_pages,
         random_access: plan.random_access,
         streamed: plan.streamed,
         whole_and_expert_bytes: plan.whole_and_expert_bytes,

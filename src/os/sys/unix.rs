@@ -286,14 +286,22 @@ impl FileMap {
         unsafe { madvise(self.at(off), len, a) }
     }
 
-    /// `MADV_HUGEPAGE` over the range: whether the kernel took it (only
+    /// `MADV_HUGEPAGE` over the range, and over the runtime's map of it
+    /// where one is followed: whether the kernel took it for this map (only
     /// Linux's kernel has it).
     pub(crate) fn huge_pages(&self, off: usize, len: usize) -> bool {
         #[cfg(any(target_os = "linux", target_os = "android"))]
-        // SAFETY: the range is page-aligned and inside this live map;
-        // MADV_HUGEPAGE changes how pages are read and mapped, not what
-        // they hold.
-        return unsafe { madvise(self.at(off), len, libc::MADV_HUGEPAGE) }.is_ok();
+        {
+            if let Some((theirs, n)) = self.runtime_range(off, len) {
+                // SAFETY: as in `base_pages`: MADV_HUGEPAGE too changes how
+                // pages are read and mapped, not what they hold.
+                let _ = unsafe { madvise(theirs, n, libc::MADV_HUGEPAGE) };
+            }
+            // SAFETY: the range is page-aligned and inside this live map;
+            // MADV_HUGEPAGE changes how pages are read and mapped, not what
+            // they hold.
+            unsafe { madvise(self.at(off), len, libc::MADV_HUGEPAGE) }.is_ok()
+        }
         #[cfg(not(any(target_os = "linux", target_os = "android")))]
         {
             let _ = (off, len);
