@@ -443,9 +443,11 @@ fn a_guess_is_read_in_the_room_nobody_holds_and_goes_first_once_superseded() {
     assert!((0.24..=0.27).contains(&one), "{one}");
 }
 
-/// Read one byte a page of `bytes`, as a runtime computing on them does.
+/// Read one byte a page of `bytes`, as a runtime computing on them does
+/// (`black_box`: an optimised build would otherwise read nothing, the sum
+/// being unused).
 fn touch(bytes: &[u8]) -> u64 {
-    bytes.iter().step_by(4096).map(|&b| u64::from(b)).sum()
+    std::hint::black_box(bytes.iter().step_by(4096).map(|&b| u64::from(b)).sum())
 }
 
 #[test]
@@ -527,15 +529,14 @@ fn a_followed_mapping_is_advised_as_the_loads_own_and_its_expert_tensors_again()
     // SAFETY: the test's own file, unchanged while mapped.
     let theirs = unsafe { memmap2::Mmap::map(&file) }.unwrap();
     let page = weightmap::page_size();
-    // The whole pages of tensor `i` in the runtime's mapping: advice never
-    // reaches a neighbour's.
+    // Tensor `i`'s address in the runtime's mapping.
+    let at = |w: &Weights, i: usize| {
+        theirs.as_ptr() as usize + w.tensor_at(i).unwrap().info().file_offset as usize
+    };
+    // Its whole pages there: advice never reaches a neighbour's.
     let theirs_of = |w: &Weights, i: usize| {
-        let info = w.tensor_at(i).unwrap().info();
-        let at = theirs.as_ptr() as usize + info.file_offset as usize;
-        let (start, end) = (
-            at.div_ceil(page) * page,
-            (at + info.nbytes as usize) / page * page,
-        );
+        let end = at(w, i) + w.tensor_at(i).unwrap().info().nbytes as usize;
+        let (start, end) = (at(w, i).div_ceil(page) * page, end / page * page);
         (start, end - start)
     };
     // Room for one expert beside the 8 MiB read whole (experts stream), and
@@ -559,12 +560,8 @@ fn a_followed_mapping_is_advised_as_the_loads_own_and_its_expert_tensors_again()
         w.prefetch(&[Need::experts(exps, &[0])]).unwrap();
         let (a, a_len) = theirs_of(&w, w.tensor_index("a").unwrap());
         assert!(common::all_flagged(a, a_len, "hg", false));
-        w.follow_runtime_mapping(
-            exps,
-            (theirs.as_ptr() as usize + w.tensor_at(exps).unwrap().info().file_offset as usize)
-                as *const u8,
-        )
-        .unwrap();
+        w.follow_runtime_mapping(exps, at(&w, exps) as *const u8)
+            .unwrap();
         // The load's huge pages reach the runtime's mapping where the
         // tensors read whole stream, not where experts do.
         let huge = plan == "stream_all";

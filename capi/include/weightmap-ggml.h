@@ -247,6 +247,17 @@ static inline uint64_t wm_ggml__hash(const char *s) {
     return h;
 }
 
+/* The layer of a weight named "blk.L.rest", with `rest` set to ".rest";
+ * -1 for a weight of no layer. */
+static inline long wm_ggml__layer(const char *name, const char **rest) {
+    char *end;
+    if (strncmp(name, "blk.", 4) != 0) return -1;
+    long layer = strtol(name + 4, &end, 10);
+    if (end == name + 4 || *end != '.' || layer < 0) return -1;
+    *rest = end;
+    return layer;
+}
+
 static inline void wm_ggml_announcer_free(struct wm_ggml_announcer *a) {
     free(a->slots);
     free(a->names);
@@ -293,9 +304,9 @@ static inline int wm_ggml_announcer_init(struct wm_ggml_announcer *a, const wm_w
         uint64_t s = wm_ggml__hash(t.name) & (a->n_slots - 1);
         while (a->slots[s]) s = (s + 1) & (a->n_slots - 1);
         a->slots[s] = i + 1;
-        long layer;
-        if (t.n_dims == 3 && strstr(t.name, "_exps") && sscanf(t.name, "blk.%ld.", &layer) == 1 && layer >= 0 &&
-            (uint64_t)layer + 1 > layers)
+        const char *rest;
+        long layer = wm_ggml__layer(t.name, &rest);
+        if (t.n_dims == 3 && strstr(t.name, "_exps") && layer >= 0 && (uint64_t)layer + 1 > layers)
             layers = (uint64_t)layer + 1;
     }
     if (rc != WM_OK) {
@@ -388,11 +399,10 @@ static inline void wm_ggml__score(struct wm_ggml_announcer *a, uint64_t weight, 
 /* Weight i's namesake in the next layer ("blk.L.rest" -> "blk.L+1.rest"),
  * or -1. */
 static inline int64_t wm_ggml__next_layer(const struct wm_ggml_announcer *a, uint64_t i) {
-    const char *name = a->names[i];
-    char *rest, next[128];
-    if (strncmp(name, "blk.", 4) != 0) return -1;
-    long layer = strtol(name + 4, &rest, 10);
-    if (rest == name + 4 || *rest != '.' || layer < 0) return -1;
+    const char *rest;
+    char next[128];
+    long layer = wm_ggml__layer(a->names[i], &rest);
+    if (layer < 0) return -1;
     int len = snprintf(next, sizeof next, "blk.%ld%s", layer + 1, rest);
     return len > 0 && len < (int)sizeof next ? wm_ggml__index(a, next) : -1;
 }

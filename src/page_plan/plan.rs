@@ -142,21 +142,25 @@ impl PagePlan {
 /// The advice [`PagePlan::advise`] gave `map` at load, given again, so
 /// that a runtime's own mapping of the file followed since
 /// ([`Mapping::follow`]) receives it too: huge pages over the tensor
-/// region where asked (`huge_pages`), then the lookup tables read by row
+/// region where the load gave them (`huge_pages`), unless expert slices
+/// stream ([`ResidencyPlan::StreamExperts`]), then the lookup tables read by row
 /// (`random_access`) and the tensors read whole that stream (`streamed`).
 /// In huge pages, a fault that misses reads two huge pages, whole, where
-/// in base pages it reads one read-ahead window (BENCHMARKS.md, "llama.cpp's
-/// pages in huge pages"). The region's access advice is not repeated: it
-/// only undoes the kernel's default, which the runtime chose for its own
-/// mapping.
+/// in base pages it reads one read-ahead window; where expert slices
+/// stream they gained nothing clear, and a huge folio at a dense tensor's
+/// edge would hold expert bytes no release drops (BENCHMARKS.md,
+/// "llama.cpp's pages in huge pages"). The region's access advice is not
+/// repeated: it only undoes the kernel's default, which the runtime chose
+/// for its own mapping.
 pub(crate) fn advise_tensors_again(
     map: &Mapping,
     header: &Header,
     huge_pages: bool,
+    residency: &ResidencyPlan,
     random_access: &[usize],
     streamed: &[usize],
 ) {
-    if huge_pages {
+    if huge_pages && !matches!(residency, ResidencyPlan::StreamExperts { .. }) {
         let (start, end) = header.tensor_region();
         map.read_in_huge_pages(start as usize, end as usize);
     }

@@ -632,14 +632,11 @@ impl Weights {
         let Some((p, _)) = self.loc(i) else { return };
         let l = self.parts[p].loaded();
         if let Some(map) = &l.map {
-            // Not where expert slices stream: BENCHMARKS.md, "llama.cpp's
-            // pages in huge pages".
-            let streams_experts =
-                matches!(self.report.residency, ResidencyPlan::StreamExperts { .. });
             crate::page_plan::plan::advise_tensors_again(
                 map,
                 &l.header,
-                l.huge_pages && !streams_experts,
+                l.huge_pages,
+                &self.report.residency,
                 &l.random_access,
                 &l.streamed,
             );
