@@ -21,6 +21,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::choices::ResidencyPlan;
 use super::plan::{merge, read_only_as_announced};
 use super::residency::{exceeds_budget, Range, Residency};
 use crate::os::Mapping;
@@ -80,6 +81,8 @@ pub(crate) struct Announcer {
     budget: Option<u64>,
     /// Bytes of the weights' mapped tensors.
     mapped: u64,
+    /// Where expert slices stream, the room for them, in use or not.
+    slice_room: Option<u64>,
     /// The way to the thread, once started; `None` inside when it could
     /// not start, and announcements are then read ahead by the caller.
     started: Mutex<Option<Started>>,
@@ -228,17 +231,23 @@ impl Queue {
 
 impl Announcer {
     /// For weights whose mapped tensors hold `mapped` bytes, loaded under
-    /// `budget` (`None`: unknown); `whole_streams` where even the tensors
-    /// read whole exceed it ([`ResidencyPlan::StreamAll`](crate::ResidencyPlan::StreamAll)).
-    pub(crate) fn new(budget: Option<u64>, mapped: u64, whole_streams: bool) -> Announcer {
+    /// `budget` (`None`: unknown), whose residency is planned as `plan`.
+    pub(crate) fn new(budget: Option<u64>, mapped: u64, plan: &ResidencyPlan) -> Announcer {
         let fits = !exceeds_budget(budget, mapped);
+        let slice_room = match plan {
+            ResidencyPlan::StreamExperts {
+                expert_capacity, ..
+            } => Some(*expert_capacity),
+            _ => None,
+        };
         Announcer {
             budget,
             mapped,
+            slice_room,
             started: Mutex::new(None),
             read_once: fits.then(|| Mutex::new(HashSet::new())),
             advised: Mutex::new(HashSet::new()),
-            whole_streams,
+            whole_streams: matches!(plan, ResidencyPlan::StreamAll { .. }),
         }
     }
 
@@ -341,7 +350,7 @@ impl Announcer {
             // held the queue's lock as it forked); the child starts its own.
             std::mem::forget(started.take());
         }
-        let residency = || Residency::new(self.budget, self.mapped);
+        let residency = || Residency::new(self.budget, self.mapped).in_room(self.slice_room);
         let reads = self.thread_reads();
         let started = started.get_or_insert_with(|| Started::spawn(residency(), reads));
         started.queue.clone()
@@ -703,7 +712,7 @@ mod tests {
         // SAFETY: the temporary file is not changed while mapped.
         let map = Arc::new(unsafe { Mapping::map(f.as_file()) }.unwrap());
         // A budget below the file: slices are released as they go.
-        let announcer = Announcer::new(Some(70 << 20), 8 << 20, false);
+        let announcer = Announcer::new(Some(70 << 20), 8 << 20, &ResidencyPlan::Fits);
         for i in 0..4 {
             announcer.announce(vec![Announced {
                 map: Arc::clone(&map),
@@ -739,7 +748,7 @@ mod tests {
         let (_f, map) = mapping(8);
         // Over the budget: nothing is skipped as read once, everything
         // goes to the thread.
-        let announcer = Announcer::new(Some(70 << 20), 8 << 20, false);
+        let announcer = Announcer::new(Some(70 << 20), 8 << 20, &ResidencyPlan::Fits);
         // Issue 54: each of these was queued, and dropping the weights
         // then re-advised the range once for each.
         for _ in 0..100_000 {
@@ -862,7 +871,7 @@ mod tests {
     #[test]
     fn a_guess_where_the_weights_fit_skips_what_was_read_once() {
         let (_f, map) = mapping(1);
-        let announcer = Announcer::new(Some(1 << 40), 1 << 20, false);
+        let announcer = Announcer::new(Some(1 << 40), 1 << 20, &ResidencyPlan::Fits);
         announcer.announce(whole(&map, (0, 4096)));
         assert!(announcer.not_read_once(whole(&map, (0, 4096))).is_empty());
         let new = announcer.not_read_once(whole(&map, (4096, 8192)));
@@ -875,7 +884,7 @@ mod tests {
     #[test]
     fn a_child_after_fork_starts_its_own_thread_and_leaves_the_parents() {
         let (_f, map) = mapping(1);
-        let announcer = Announcer::new(Some(70 << 20), 1 << 20, false);
+        let announcer = Announcer::new(Some(70 << 20), 1 << 20, &ResidencyPlan::Fits);
         announcer.announce(whole(&map, (0, 4096)));
         // As a child after fork sees it: started in another process.
         let parents = {
@@ -898,7 +907,7 @@ mod tests {
     #[test]
     fn a_released_range_is_read_again_where_the_weights_fit() {
         let (_f, map) = mapping(1);
-        let announcer = Announcer::new(Some(1 << 40), 1 << 20, false);
+        let announcer = Announcer::new(Some(1 << 40), 1 << 20, &ResidencyPlan::Fits);
         let seen = |a: &Announcer| a.read_once.as_ref().unwrap().lock().unwrap().len();
         announcer.announce(whole(&map, (0, 4096)));
         announcer.announce(whole(&map, (8192, 12288)));

@@ -12,7 +12,7 @@ use crate::os::{AccessAdvice, Mapping, Residency};
 use crate::page_plan::announce::Announcer;
 use crate::page_plan::plan::{plan_residency, shard_prefetch, streamed_across};
 use crate::page_plan::prefetch::Prefetcher;
-use crate::page_plan::{PrefetchProgress, PrefetchState, ResidencyPlan};
+use crate::page_plan::{PrefetchProgress, PrefetchState};
 use crate::tensor::TensorInfo;
 
 use super::tensor_ref::TensorRef;
@@ -200,11 +200,7 @@ impl Weights {
             starts.push(n);
         }
         Weights {
-            announcer: Announcer::new(
-                report.budget.bytes,
-                report.bytes_mapped,
-                matches!(report.residency, ResidencyPlan::StreamAll { .. }),
-            ),
+            announcer: Announcer::new(report.budget.bytes, report.bytes_mapped, &report.residency),
             parts,
             starts,
             report,
