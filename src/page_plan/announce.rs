@@ -233,13 +233,27 @@ impl Announcer {
     /// For weights whose mapped tensors hold `mapped` bytes, loaded under
     /// `budget` (`None`: unknown), whose residency is planned as `plan`.
     pub(crate) fn new(budget: Option<u64>, mapped: u64, plan: &ResidencyPlan) -> Announcer {
-        let fits = !exceeds_budget(budget, mapped);
-        let slice_room = match plan {
+        let (whole_streams, slice_room) = match plan {
             ResidencyPlan::StreamExperts {
                 expert_capacity, ..
-            } => Some(*expert_capacity),
-            _ => None,
+            } => (false, Some(*expert_capacity)),
+            ResidencyPlan::StreamAll { .. } => (true, None),
+            _ => (false, None),
         };
+        Announcer::with(budget, mapped, whole_streams, slice_room)
+    }
+
+    /// The same, told whether even the tensors read whole exceed the
+    /// budget ([`ResidencyPlan::StreamAll`]), and where expert slices
+    /// stream, the room for them ([`ResidencyPlan::StreamExperts`]'s
+    /// `expert_capacity`).
+    fn with(
+        budget: Option<u64>,
+        mapped: u64,
+        whole_streams: bool,
+        slice_room: Option<u64>,
+    ) -> Announcer {
+        let fits = !exceeds_budget(budget, mapped);
         Announcer {
             budget,
             mapped,
@@ -247,7 +261,7 @@ impl Announcer {
             started: Mutex::new(None),
             read_once: fits.then(|| Mutex::new(HashSet::new())),
             advised: Mutex::new(HashSet::new()),
-            whole_streams: matches!(plan, ResidencyPlan::StreamAll { .. }),
+            whole_streams,
         }
     }
 
@@ -712,7 +726,7 @@ mod tests {
         // SAFETY: the temporary file is not changed while mapped.
         let map = Arc::new(unsafe { Mapping::map(f.as_file()) }.unwrap());
         // A budget below the file: slices are released as they go.
-        let announcer = Announcer::new(Some(70 << 20), 8 << 20, &ResidencyPlan::Fits);
+        let announcer = Announcer::with(Some(70 << 20), 8 << 20, false, None);
         for i in 0..4 {
             announcer.announce(vec![Announced {
                 map: Arc::clone(&map),
@@ -748,7 +762,7 @@ mod tests {
         let (_f, map) = mapping(8);
         // Over the budget: nothing is skipped as read once, everything
         // goes to the thread.
-        let announcer = Announcer::new(Some(70 << 20), 8 << 20, &ResidencyPlan::Fits);
+        let announcer = Announcer::with(Some(70 << 20), 8 << 20, false, None);
         // Issue 54: each of these was queued, and dropping the weights
         // then re-advised the range once for each.
         for _ in 0..100_000 {
@@ -871,7 +885,7 @@ mod tests {
     #[test]
     fn a_guess_where_the_weights_fit_skips_what_was_read_once() {
         let (_f, map) = mapping(1);
-        let announcer = Announcer::new(Some(1 << 40), 1 << 20, &ResidencyPlan::Fits);
+        let announcer = Announcer::with(Some(1 << 40), 1 << 20, false, None);
         announcer.announce(whole(&map, (0, 4096)));
         assert!(announcer.not_read_once(whole(&map, (0, 4096))).is_empty());
         let new = announcer.not_read_once(whole(&map, (4096, 8192)));
@@ -884,7 +898,7 @@ mod tests {
     #[test]
     fn a_child_after_fork_starts_its_own_thread_and_leaves_the_parents() {
         let (_f, map) = mapping(1);
-        let announcer = Announcer::new(Some(70 << 20), 1 << 20, &ResidencyPlan::Fits);
+        let announcer = Announcer::with(Some(70 << 20), 1 << 20, false, None);
         announcer.announce(whole(&map, (0, 4096)));
         // As a child after fork sees it: started in another process.
         let parents = {
@@ -907,7 +921,7 @@ mod tests {
     #[test]
     fn a_released_range_is_read_again_where_the_weights_fit() {
         let (_f, map) = mapping(1);
-        let announcer = Announcer::new(Some(1 << 40), 1 << 20, &ResidencyPlan::Fits);
+        let announcer = Announcer::with(Some(1 << 40), 1 << 20, false, None);
         let seen = |a: &Announcer| a.read_once.as_ref().unwrap().lock().unwrap().len();
         announcer.announce(whole(&map, (0, 4096)));
         announcer.announce(whole(&map, (8192, 12288)));

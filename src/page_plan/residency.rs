@@ -89,14 +89,14 @@ pub(crate) struct Residency {
     /// The tensors announced by their experts, by range, with the slices
     /// their last announcement named.
     tensors: HashMap<Range, Vec<Range>>,
-    /// The tick of each of those tensors' last announcement.
+    /// Their bytes, which `mapped` holds too.
+    expert_bytes: u64,
+    /// The tick of each of their last announcements.
     announced_at: HashMap<Range, u64>,
     /// The room for slices, in use or not, where it is known from the
     /// plan (its `expert_capacity`): the slices in use beyond it end their
     /// use ([`Residency::end_oldest_uses`]).
     slice_room: Option<u64>,
-    /// Their bytes, which `mapped` holds too.
-    expert_bytes: u64,
     /// Bytes of the slices in use.
     in_use_bytes: u64,
     /// The slices not in use that stay, and their bytes.
@@ -123,9 +123,9 @@ impl Residency {
             mapped,
             slices: HashMap::new(),
             tensors: HashMap::new(),
+            expert_bytes: 0,
             announced_at: HashMap::new(),
             slice_room: None,
-            expert_bytes: 0,
             in_use_bytes: 0,
             kept: BTreeSet::new(),
             kept_bytes: 0,
