@@ -341,10 +341,15 @@ fn read_region(
 /// A prefetch of a mapping's tensor region: a thread, stopped and joined
 /// on drop (no thread outlives it and nothing is read after it drops), or
 /// the record of a populate that ran before the load returned.
+///
+/// After `fork`, the child has the parent's prefetcher but not its thread:
+/// dropped in the child, it joins nothing.
 #[derive(Debug)]
 pub(crate) struct Prefetcher {
     shared: Arc<Shared>,
     handle: Option<JoinHandle<()>>,
+    /// The process the thread was started in.
+    pid: u32,
 }
 
 impl Prefetcher {
@@ -373,6 +378,7 @@ impl Prefetcher {
                 let done = Prefetcher {
                     shared,
                     handle: None,
+                    pid: std::process::id(),
                 };
                 (Some(done), task.decision)
             }
@@ -412,6 +418,7 @@ impl Prefetcher {
                 Some(Prefetcher {
                     shared,
                     handle: Some(handle),
+                    pid: std::process::id(),
                 }),
                 decision,
             ),
@@ -499,6 +506,13 @@ impl Prefetcher {
 impl Drop for Prefetcher {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
+        if self.pid != std::process::id() {
+            // A child after fork: the thread is the parent's. Joined here,
+            // one the fork caught running never ends in the child, and
+            // std panics ("threads should not terminate unexpectedly").
+            std::mem::forget(self.handle.take());
+            return;
+        }
         if let Some(h) = self.handle.take() {
             // The thread checks the flag between chunks of CHUNK bytes, so
             // this waits for at most one chunk's read.
@@ -644,6 +658,32 @@ mod tests {
         let done = p.unwrap().wait();
         assert_eq!(done.state, PrefetchState::StoppedForMemory);
         assert!(done.bytes_done >= RECHECK as u64 && done.bytes_done < len as u64);
+    }
+
+    #[test]
+    fn a_child_after_fork_leaves_the_parents_thread_unjoined() {
+        // As a child after fork sees it: a prefetch started in another
+        // process, whose thread the fork caught running (blocked here).
+        let (release, blocked) = std::sync::mpsc::channel::<()>();
+        let (p, _) =
+            Prefetcher::spawn(Arc::new(Shared::new(1)), PrefetchDecision::Off, move |_| {
+                let _ = blocked.recv();
+                FINISHED
+            });
+        let mut p = p.expect("the thread starts");
+        p.pid = p.pid.wrapping_add(1);
+        let (dropped, done) = std::sync::mpsc::channel();
+        let dropper = std::thread::spawn(move || {
+            drop(p);
+            dropped.send(()).unwrap();
+        });
+        let returned = done.recv_timeout(std::time::Duration::from_secs(10));
+        release.send(()).unwrap();
+        dropper.join().unwrap();
+        assert!(
+            returned.is_ok(),
+            "the drop waited for another process's thread"
+        );
     }
 
     #[test]
