@@ -6,7 +6,10 @@
 //
 // PROMPT_TOKENS: the prompt made that many tokens long (seeded tokens of the
 // vocabulary after it), decoded as one batch (a prefill): "prompt_s" and
-// "prompt_read_bytes" say what it took.
+// "prompt_read_bytes" say what it took, and "prompt_user_s",
+// "prompt_sys_s" and "prompt_major_faults" what it cost this process's
+// threads (getrusage: the compute's, weightmap's, and the kernel's work for
+// them; a madvise(MADV_POPULATE_READ) counts its faults too).
 //
 // announce: weightmap maps the same file (wm_load, its budget read from the
 // system: the memory cgroup, when run in one), and wm_ggml_announce
@@ -36,6 +39,7 @@
 #include <cstring>
 #include <string>
 #include <vector>
+#include <sys/resource.h>
 
 #include "ggml.h"
 #include "ggml-alloc.h"
@@ -101,6 +105,20 @@ static unsigned long long storage_read_bytes() {
         if (sscanf(line, "read_bytes: %llu", &v) == 1) break;
     if (f) fclose(f);
     return v;
+}
+
+// This process's CPU seconds so far, in user space and in the kernel (all
+// its threads: the compute's, weightmap's, and the kernel's work on their
+// behalf: faults, reclaim, read submission), and its major faults.
+struct cpu_use {
+    double user = 0, sys = 0;
+    long major_faults = 0;
+};
+static cpu_use cpu_now() {
+    rusage r{};
+    getrusage(RUSAGE_SELF, &r);
+    return {r.ru_utime.tv_sec + r.ru_utime.tv_usec / 1e6, r.ru_stime.tv_sec + r.ru_stime.tv_usec / 1e6,
+            r.ru_majflt};
 }
 
 static void quiet(enum ggml_log_level level, const char *text, void *) {
@@ -191,6 +209,8 @@ int main(int argc, char **argv) {
     std::vector<llama_token> out;
     llama_token tok;
     const unsigned long long read_before = storage_read_bytes();
+    const cpu_use cpu_before = cpu_now();
+    cpu_use cpu_prompt;
     const double t_start = now();
     double t_first = 0, t_prompt = 0;
     unsigned long long prompt_read = 0;
@@ -200,7 +220,11 @@ int main(int argc, char **argv) {
             fprintf(stderr, "llama_decode failed at token %d\n", i);
             return 1;
         }
-        if (i == 0) t_prompt = now() - t_start, prompt_read = storage_read_bytes() - read_before;
+        if (i == 0) {
+            t_prompt = now() - t_start;
+            prompt_read = storage_read_bytes() - read_before;
+            cpu_prompt = cpu_now();
+        }
         tok = llama_sampler_sample(sampler, ctx, -1);
         out.push_back(tok);
         if (i == 0) t_first = now() - t_start;
@@ -210,8 +234,11 @@ int main(int argc, char **argv) {
     const unsigned long long gen_read = storage_read_bytes() - read_before;
 
     printf("{\"mode\": \"%s\", \"load_s\": %.3f, \"first_token_s\": %.3f, \"tok_s\": %.3f, \"prompt_tokens\": %d, "
-           "\"gen_read_bytes\": %llu, \"prompt_s\": %.3f, \"prompt_read_bytes\": %llu",
-           argv[3], t_load, t_first, n_gen > 1 ? (n_gen - 1) / t_rest : 0.0, n, gen_read, t_prompt, prompt_read);
+           "\"gen_read_bytes\": %llu, \"prompt_s\": %.3f, \"prompt_read_bytes\": %llu, \"prompt_user_s\": %.3f, "
+           "\"prompt_sys_s\": %.3f, \"prompt_major_faults\": %ld",
+           argv[3], t_load, t_first, n_gen > 1 ? (n_gen - 1) / t_rest : 0.0, n, gen_read, t_prompt, prompt_read,
+           cpu_prompt.user - cpu_before.user, cpu_prompt.sys - cpu_before.sys,
+           cpu_prompt.major_faults - cpu_before.major_faults);
     if (announce)
         printf(", \"announced\": %llu, \"ids_unread\": %llu, \"last_error\": %d, \"residency\": %u, "
                "\"expert_slices_announced\": %llu, \"expert_slices_distinct\": %llu, \"predict\": %d, "
