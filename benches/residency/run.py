@@ -22,8 +22,8 @@ divided by this disk's rate (the fastest of four dd iflag=direct bs=8M
 at once, a cold read through the page cache, and the same read from
 inside a cgroup of 64 MiB, measured here: on this machine's virtual disk
 the second has been up to twice the first, and the third up to three
-times the second), and never more than the in-memory rate (the same replay on the
-page-cached file, no cgroup). It is computed over the same tokens as each
+times the second), and never more than the in-memory rate (the same
+replay on the page-cached file, no cgroup). It is computed over the same tokens as each
 tok/s figure: tokens 2 to N, and the second half. Every run's checksum
 must be the in-memory run's: the same bytes were read.
 """
